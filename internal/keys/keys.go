@@ -1,0 +1,229 @@
+// Package keys owns ebbfs key material: the descriptor object (ebbfs.fs)
+// holding the Argon2id parameters and the wrapped 256-bit master key, the
+// HKDF subkeys for data and metadata, and a small AEAD helper.
+package keys
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"golang.org/x/crypto/argon2"
+	"golang.org/x/crypto/chacha20poly1305"
+	"golang.org/x/crypto/hkdf"
+)
+
+// DescriptorKey is the object key of the descriptor.
+const DescriptorKey = "ebbfs.fs"
+
+// FormatVersion is the on-store format this build writes and reads.
+const FormatVersion = 1
+
+// MinPasswordLen is the shortest password accepted.
+const MinPasswordLen = 8
+
+// ErrWrongPassword means the password does not unwrap the master key.
+var ErrWrongPassword = errors.New("wrong password: it does not unlock this filesystem's key")
+
+// ErrShortPassword means the password is shorter than MinPasswordLen.
+var ErrShortPassword = fmt.Errorf("password too short: at least %d characters are required", MinPasswordLen)
+
+// ErrAuth means a sealed blob failed authentication (corrupt or tampered).
+var ErrAuth = errors.New("authentication failed: data is corrupt or was tampered with")
+
+// KDFParams are the Argon2id parameters recorded in the descriptor.
+type KDFParams struct {
+	Alg       string `json:"alg"` // "argon2id"
+	Time      uint32 `json:"time"`
+	MemoryKiB uint32 `json:"memory_kib"`
+	Threads   uint8  `json:"threads"`
+	Salt      []byte `json:"salt"`
+}
+
+// DefaultKDF returns the production Argon2id parameters with a fresh salt.
+func DefaultKDF() KDFParams {
+	salt := make([]byte, 16)
+	mustRand(salt)
+	return KDFParams{Alg: "argon2id", Time: 3, MemoryKiB: 64 * 1024, Threads: 2, Salt: salt}
+}
+
+// Descriptor is the plaintext JSON stored at ebbfs.fs.
+type Descriptor struct {
+	Format     int       `json:"format"`
+	UUID       [16]byte  `json:"uuid"`
+	KDF        KDFParams `json:"kdf"`
+	WrappedKey []byte    `json:"wrapped_key"` // nonce || XChaCha20-Poly1305(master key)
+}
+
+// Keys are the unwrapped keys of an open filesystem.
+type Keys struct {
+	UUID [16]byte
+	Data *AEAD // frames and segment directories
+	Meta *AEAD // journal, manifests, SSTs, lease-free metadata objects
+}
+
+func mustRand(b []byte) {
+	if _, err := io.ReadFull(rand.Reader, b); err != nil {
+		panic("keys: system random source failed: " + err.Error())
+	}
+}
+
+func kek(password string, p KDFParams) ([]byte, error) {
+	if p.Alg != "argon2id" {
+		return nil, fmt.Errorf("descriptor: unknown kdf %q", p.Alg)
+	}
+	if p.Time == 0 || p.Time > 100 || p.MemoryKiB < 8 || p.MemoryKiB > 4<<20 || p.Threads == 0 || len(p.Salt) < 8 {
+		return nil, errors.New("descriptor: invalid kdf parameters")
+	}
+	return argon2.IDKey([]byte(password), p.Salt, p.Time, p.MemoryKiB, p.Threads, 32), nil
+}
+
+func wrapAAD(uuid [16]byte) []byte { return append([]byte("ebbfs-key-v1"), uuid[:]...) }
+
+// NewDescriptor makes a fresh filesystem identity: uuid, random master key
+// wrapped under password. It returns the descriptor and the unwrapped keys.
+func NewDescriptor(password string, kdf KDFParams) (*Descriptor, *Keys, error) {
+	if len(password) < MinPasswordLen {
+		return nil, nil, ErrShortPassword
+	}
+	d := &Descriptor{Format: FormatVersion, KDF: kdf}
+	mustRand(d.UUID[:])
+	master := make([]byte, 32)
+	mustRand(master)
+	k, err := kek(password, kdf)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, _ := newAEAD(k)
+	d.WrappedKey = a.Seal(wrapAAD(d.UUID), master)
+	ks, err := derive(d.UUID, master)
+	return d, ks, err
+}
+
+// Marshal encodes the descriptor for storage.
+func (d *Descriptor) Marshal() []byte {
+	b, _ := json.MarshalIndent(d, "", "  ")
+	return append(b, '\n')
+}
+
+// ParseDescriptor decodes a stored descriptor.
+func ParseDescriptor(b []byte) (*Descriptor, error) {
+	var d Descriptor
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("descriptor %s is malformed: %w", DescriptorKey, err)
+	}
+	if d.Format != FormatVersion {
+		return nil, fmt.Errorf("descriptor %s has format %d; this build reads format %d", DescriptorKey, d.Format, FormatVersion)
+	}
+	return &d, nil
+}
+
+// Unlock unwraps the master key with password and derives the subkeys.
+func (d *Descriptor) Unlock(password string) (*Keys, error) {
+	master, err := d.unwrap(password)
+	if err != nil {
+		return nil, err
+	}
+	return derive(d.UUID, master)
+}
+
+func (d *Descriptor) unwrap(password string) ([]byte, error) {
+	k, err := kek(password, d.KDF)
+	if err != nil {
+		return nil, err
+	}
+	a, _ := newAEAD(k)
+	master, err := a.Open(wrapAAD(d.UUID), d.WrappedKey)
+	if err != nil {
+		return nil, ErrWrongPassword
+	}
+	return master, nil
+}
+
+// Rewrap returns a copy of d whose master key is wrapped under newPassword
+// with fresh KDF parameters. Data is untouched.
+func (d *Descriptor) Rewrap(oldPassword, newPassword string, kdf KDFParams) (*Descriptor, error) {
+	if len(newPassword) < MinPasswordLen {
+		return nil, ErrShortPassword
+	}
+	master, err := d.unwrap(oldPassword)
+	if err != nil {
+		return nil, err
+	}
+	k, err := kek(newPassword, kdf)
+	if err != nil {
+		return nil, err
+	}
+	a, _ := newAEAD(k)
+	nd := *d
+	nd.KDF = kdf
+	nd.WrappedKey = a.Seal(wrapAAD(d.UUID), master)
+	return &nd, nil
+}
+
+func derive(uuid [16]byte, master []byte) (*Keys, error) {
+	sub := func(info string) *AEAD {
+		k := make([]byte, 32)
+		r := hkdf.New(sha256.New, master, uuid[:], []byte(info))
+		if _, err := io.ReadFull(r, k); err != nil {
+			panic("keys: hkdf: " + err.Error())
+		}
+		a, _ := newAEAD(k)
+		return a
+	}
+	return &Keys{UUID: uuid, Data: sub("ebbfs data v1"), Meta: sub("ebbfs meta v1")}, nil
+}
+
+// AEAD seals and opens blobs with XChaCha20-Poly1305 and a random 24-byte
+// nonce stored in front of the ciphertext.
+type AEAD struct {
+	key []byte
+}
+
+// Overhead is the number of bytes Seal adds (nonce + tag).
+const Overhead = chacha20poly1305.NonceSizeX + chacha20poly1305.Overhead
+
+func newAEAD(key []byte) (*AEAD, error) {
+	if len(key) != 32 {
+		return nil, errors.New("keys: key must be 32 bytes")
+	}
+	return &AEAD{key: key}, nil
+}
+
+// NewAEAD wraps a raw 32-byte key (tests and benchmarks).
+func NewAEAD(key []byte) (*AEAD, error) { return newAEAD(key) }
+
+// Seal returns nonce || ciphertext || tag.
+func (a *AEAD) Seal(aad, plain []byte) []byte {
+	return a.SealTo(nil, aad, plain)
+}
+
+// SealTo appends nonce || ciphertext || tag to dst.
+func (a *AEAD) SealTo(dst, aad, plain []byte) []byte {
+	c, _ := chacha20poly1305.NewX(a.key)
+	n := len(dst)
+	dst = append(dst, make([]byte, chacha20poly1305.NonceSizeX)...)
+	mustRand(dst[n:])
+	return c.Seal(dst, dst[n:n+chacha20poly1305.NonceSizeX], plain, aad)
+}
+
+// Open authenticates and decrypts a blob made by Seal. Any failure is ErrAuth.
+func (a *AEAD) Open(aad, sealed []byte) ([]byte, error) {
+	return a.OpenTo(nil, aad, sealed)
+}
+
+// OpenTo is Open appending the plaintext to dst.
+func (a *AEAD) OpenTo(dst, aad, sealed []byte) ([]byte, error) {
+	if len(sealed) < Overhead {
+		return nil, ErrAuth
+	}
+	c, _ := chacha20poly1305.NewX(a.key)
+	out, err := c.Open(dst, sealed[:chacha20poly1305.NonceSizeX], sealed[chacha20poly1305.NonceSizeX:], aad)
+	if err != nil {
+		return nil, ErrAuth
+	}
+	return out, nil
+}

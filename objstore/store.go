@@ -1,0 +1,90 @@
+// Package objstore is the durable home of an ebbfs filesystem: a small
+// object-store interface with a local-directory backend (the embedded
+// default), an S3 backend, an in-memory backend for unit tests, and
+// decorators that count requests or inject faults.
+package objstore
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+)
+
+// ErrNotFound is returned (wrapped) when an object does not exist.
+var ErrNotFound = errors.New("objstore: object not found")
+
+// ErrPreconditionFailed is returned (wrapped) when a conditional Put loses:
+// the object already exists (IfAbsent) or its ETag differs (IfMatch).
+var ErrPreconditionFailed = errors.New("objstore: precondition failed")
+
+// IsNotFound reports whether err means the object does not exist.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsPreconditionFailed reports whether err means a conditional Put lost.
+func IsPreconditionFailed(err error) bool { return errors.Is(err, ErrPreconditionFailed) }
+
+// PutOptions makes a Put conditional. At most one field may be set.
+type PutOptions struct {
+	// IfAbsent creates the object only if no object has the key.
+	IfAbsent bool
+	// IfMatch replaces the object only if its current ETag equals this.
+	IfMatch string
+}
+
+// ObjectInfo describes one stored object.
+type ObjectInfo struct {
+	Key     string
+	Size    int64
+	ETag    string
+	ModTime time.Time
+}
+
+// ListPage is one page of a listing, in key order.
+type ListPage struct {
+	Objects []ObjectInfo
+	// More is true when a further page may exist; pass the last key of
+	// this page as startAfter to get it.
+	More bool
+}
+
+// Store is the object-store interface every ebbfs layer uses. Keys are
+// slash-separated relative names ("segments/3f/000000010000003f").
+// Implementations are safe for concurrent use.
+type Store interface {
+	// Put stores data under key and returns the new object's ETag.
+	Put(ctx context.Context, key string, data []byte, opts PutOptions) (etag string, err error)
+	// Get returns the whole object.
+	Get(ctx context.Context, key string) ([]byte, error)
+	// GetRange returns length bytes starting at off. A range that runs past
+	// the end of the object is an error.
+	GetRange(ctx context.Context, key string, off, length int64) ([]byte, error)
+	// Head returns the object's metadata.
+	Head(ctx context.Context, key string) (ObjectInfo, error)
+	// Delete removes the object. Deleting a missing object is not an error.
+	Delete(ctx context.Context, key string) error
+	// DeleteMany removes several objects; missing ones are not errors.
+	DeleteMany(ctx context.Context, keys []string) error
+	// List returns up to limit objects whose keys start with prefix and sort
+	// after startAfter. limit <= 0 means the backend's default (1000).
+	List(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error)
+}
+
+// ListAll pages through every object under prefix.
+func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) {
+	var out []ObjectInfo
+	after := ""
+	for {
+		page, err := s.List(ctx, prefix, after, 0)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Objects...)
+		if !page.More || len(page.Objects) == 0 {
+			return out, nil
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+}
+
+var _ = io.EOF
