@@ -7,7 +7,6 @@ package objstore
 import (
 	"context"
 	"errors"
-	"io"
 	"time"
 )
 
@@ -87,4 +86,3 @@ func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) 
 	}
 }
 
-var _ = io.EOF
