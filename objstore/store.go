@@ -85,4 +85,3 @@ func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) 
 		after = page.Objects[len(page.Objects)-1].Key
 	}
 }
-
