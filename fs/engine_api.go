@@ -1,0 +1,41 @@
+package fs
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Store            objstore.Store
+	Keys             *keys.Keys
+	CacheDir         string        // local Pebble and disk cache live here
+	MemoryCacheBytes int64         // plaintext frame cache (default 256 MiB)
+	DiskCacheBytes   int64         // encrypted frame cache on disk (default 10 GiB)
+	FlushInterval    time.Duration // periodic barrier (default 1s)
+	SegmentTarget    int64         // seal the open segment at this size (default 32 MiB)
+	DirtyLimit       int64         // writes block above this many dirty bytes (default 256 MiB)
+	ReadOnly         bool
+	Holder           string // lease holder description
+	Logger           *slog.Logger
+	Clock            clock.Clock
+	Events           Events // reclamation hooks; may be nil
+}
+
+// Events lets the reclamation stages hear about engine activity without fs
+// importing reclaim. Calls must not block.
+type Events interface {
+	// DeadBytes is called after a committed batch debited segment counters.
+	DeadBytes()
+	// Sealed is called after a segment was uploaded and committed.
+	Sealed(segID uint64, size int64)
+	// Tombstoned is called after an unlink wrote a tombstone.
+	Tombstoned()
+}
+
+var _ = context.Background
