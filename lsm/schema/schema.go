@@ -1,0 +1,220 @@
+// Package schema is the ebbfs metadata key schema and value codecs: the one
+// place that knows how inodes, directory entries, extent pointers, segment
+// counters, tombstones, orphans and xattrs are laid out in Pebble.
+// docs/FORMAT.md describes the same bytes.
+package schema
+
+import (
+	"encoding/binary"
+	"errors"
+)
+
+// Key prefixes (one byte each).
+const (
+	PInode     = 'i' // i | ino                  -> Inode
+	PDirent    = 'd' // d | parent | name        -> Dirent
+	PExtent    = 'e' // e | ino | index          -> 32-byte segment.Pointer
+	PCounter   = 'c' // c | segment id           -> counter (merge operands)
+	PTombstone = 't' // t | ino                  -> empty: deleted file awaiting cleanup
+	POrphan    = 'o' // o | ino                  -> empty: unlinked while open
+	PXattr     = 'x' // x | ino | name           -> value
+	PSymlink   = 'l' // l | ino                  -> link target
+	PFsSystem  = 'n' // n | name                 -> fs engine counters (next inode)
+)
+
+var be = binary.BigEndian
+
+// ErrCorrupt means a key or value does not decode.
+var ErrCorrupt = errors.New("schema: malformed metadata record")
+
+func k8(p byte, n uint64) []byte {
+	b := make([]byte, 9)
+	b[0] = p
+	be.PutUint64(b[1:], n)
+	return b
+}
+
+// InodeKey is the key of inode ino.
+func InodeKey(ino uint64) []byte { return k8(PInode, ino) }
+
+// SymlinkKey is the key of a symlink's target.
+func SymlinkKey(ino uint64) []byte { return k8(PSymlink, ino) }
+
+// TombstoneKey is the key of a deleted file's tombstone.
+func TombstoneKey(ino uint64) []byte { return k8(PTombstone, ino) }
+
+// OrphanKey is the key of an unlinked-while-open inode.
+func OrphanKey(ino uint64) []byte { return k8(POrphan, ino) }
+
+// CounterKey is the key of a segment's live-byte counter.
+func CounterKey(seg uint64) []byte { return k8(PCounter, seg) }
+
+// DirentKey is the key of name in directory parent.
+func DirentKey(parent uint64, name string) []byte {
+	b := make([]byte, 9+len(name))
+	b[0] = PDirent
+	be.PutUint64(b[1:], parent)
+	copy(b[9:], name)
+	return b
+}
+
+// DirentPrefix bounds the entries of directory parent: [lower, upper).
+func DirentPrefix(parent uint64) (lower, upper []byte) {
+	return k8(PDirent, parent), k8(PDirent, parent+1)
+}
+
+// XattrKey is the key of xattr name on ino.
+func XattrKey(ino uint64, name string) []byte {
+	b := make([]byte, 9+len(name))
+	b[0] = PXattr
+	be.PutUint64(b[1:], ino)
+	copy(b[9:], name)
+	return b
+}
+
+// XattrPrefix bounds the xattrs of ino.
+func XattrPrefix(ino uint64) (lower, upper []byte) {
+	return k8(PXattr, ino), k8(PXattr, ino+1)
+}
+
+// ExtentKey is the key of extent index of ino.
+func ExtentKey(ino, index uint64) []byte {
+	b := make([]byte, 17)
+	b[0] = PExtent
+	be.PutUint64(b[1:], ino)
+	be.PutUint64(b[9:], index)
+	return b
+}
+
+// ExtentRange bounds extents [from, to) of ino; to == 0 means to the end.
+func ExtentRange(ino, from, to uint64) (lower, upper []byte) {
+	if to == 0 {
+		return ExtentKey(ino, from), k8(PExtent, ino+1)
+	}
+	return ExtentKey(ino, from), ExtentKey(ino, to)
+}
+
+// ParseExtentKey decodes an extent key.
+func ParseExtentKey(k []byte) (ino, index uint64, err error) {
+	if len(k) != 17 || k[0] != PExtent {
+		return 0, 0, ErrCorrupt
+	}
+	return be.Uint64(k[1:]), be.Uint64(k[9:]), nil
+}
+
+// ParseDirentKey decodes a dirent key.
+func ParseDirentKey(k []byte) (parent uint64, name string, err error) {
+	if len(k) < 10 || k[0] != PDirent {
+		return 0, "", ErrCorrupt
+	}
+	return be.Uint64(k[1:]), string(k[9:]), nil
+}
+
+// ParseU64Key decodes a prefix|u64 key (inode, tombstone, orphan, counter).
+func ParseU64Key(k []byte, prefix byte) (uint64, error) {
+	if len(k) != 9 || k[0] != prefix {
+		return 0, ErrCorrupt
+	}
+	return be.Uint64(k[1:]), nil
+}
+
+// PrefixRange bounds every key with a one-byte prefix.
+func PrefixRange(prefix byte) (lower, upper []byte) {
+	return []byte{prefix}, []byte{prefix + 1}
+}
+
+// NextInoKey holds the next inode number to allocate.
+var NextInoKey = []byte{PFsSystem, 'i', 'n', 'o'}
+
+// Inode is the stored form of an inode's attributes.
+type Inode struct {
+	Mode   uint32
+	Uid    uint32
+	Gid    uint32
+	Nlink  uint32
+	Rdev   uint32
+	Size   uint64
+	Blocks uint64
+	Atime  int64
+	Mtime  int64
+	Ctime  int64
+	Gen    uint64
+}
+
+const inodeVersion = 1
+const inodeLen = 1 + 5*4 + 6*8
+
+// Marshal encodes the inode.
+func (n *Inode) Marshal() []byte {
+	b := make([]byte, inodeLen)
+	b[0] = inodeVersion
+	be.PutUint32(b[1:], n.Mode)
+	be.PutUint32(b[5:], n.Uid)
+	be.PutUint32(b[9:], n.Gid)
+	be.PutUint32(b[13:], n.Nlink)
+	be.PutUint32(b[17:], n.Rdev)
+	be.PutUint64(b[21:], n.Size)
+	be.PutUint64(b[29:], n.Blocks)
+	be.PutUint64(b[37:], uint64(n.Atime))
+	be.PutUint64(b[45:], uint64(n.Mtime))
+	be.PutUint64(b[53:], uint64(n.Ctime))
+	be.PutUint64(b[61:], n.Gen)
+	return b
+}
+
+// UnmarshalInode decodes an inode.
+func UnmarshalInode(b []byte) (Inode, error) {
+	if len(b) != inodeLen || b[0] != inodeVersion {
+		return Inode{}, ErrCorrupt
+	}
+	return Inode{
+		Mode:   be.Uint32(b[1:]),
+		Uid:    be.Uint32(b[5:]),
+		Gid:    be.Uint32(b[9:]),
+		Nlink:  be.Uint32(b[13:]),
+		Rdev:   be.Uint32(b[17:]),
+		Size:   be.Uint64(b[21:]),
+		Blocks: be.Uint64(b[29:]),
+		Atime:  int64(be.Uint64(b[37:])),
+		Mtime:  int64(be.Uint64(b[45:])),
+		Ctime:  int64(be.Uint64(b[53:])),
+		Gen:    be.Uint64(b[61:]),
+	}, nil
+}
+
+// Dirent is the stored form of a directory entry: child inode and type bits.
+type Dirent struct {
+	Ino  uint64
+	Type uint32
+}
+
+// Marshal encodes the dirent.
+func (d Dirent) Marshal() []byte {
+	b := make([]byte, 12)
+	be.PutUint64(b, d.Ino)
+	be.PutUint32(b[8:], d.Type)
+	return b
+}
+
+// UnmarshalDirent decodes a dirent.
+func UnmarshalDirent(b []byte) (Dirent, error) {
+	if len(b) != 12 {
+		return Dirent{}, ErrCorrupt
+	}
+	return Dirent{Ino: be.Uint64(b), Type: be.Uint32(b[8:])}, nil
+}
+
+// U64 encodes a big-endian counter value.
+func U64(n uint64) []byte {
+	b := make([]byte, 8)
+	be.PutUint64(b, n)
+	return b
+}
+
+// ParseU64 decodes a big-endian counter value.
+func ParseU64(b []byte) (uint64, error) {
+	if len(b) != 8 {
+		return 0, ErrCorrupt
+	}
+	return be.Uint64(b), nil
+}
