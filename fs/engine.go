@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"ebbfs.dev/ebbfs/internal/keys"
-	"ebbfs.dev/ebbfs/objstore"
 )
 
 // Engine is an open ebbfs filesystem. All methods are safe for concurrent use.
@@ -13,23 +11,6 @@ import (
 type Engine struct{ opts Options }
 
 var errStub = errors.New("fs: engine not implemented yet")
-
-// Init creates a new filesystem in an empty store: it writes the descriptor
-// (put-if-absent) and returns the keys. It fails if the store already holds one.
-func Init(ctx context.Context, s objstore.Store, password string) (*keys.Keys, error) {
-	return nil, errStub
-}
-
-// Unlock reads the descriptor and unwraps the keys with password. A wrong
-// password is keys.ErrWrongPassword; nothing is written to the store.
-func Unlock(ctx context.Context, s objstore.Store, password string) (*keys.Keys, error) {
-	return nil, errStub
-}
-
-// ChangePassword re-wraps the master key under a new password.
-func ChangePassword(ctx context.Context, s objstore.Store, oldPassword, newPassword string) error {
-	return errStub
-}
 
 // Open opens (recovering if needed) the filesystem described by o.
 func Open(ctx context.Context, o Options) (*Engine, error) { return nil, errStub }
