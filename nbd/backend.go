@@ -1,0 +1,56 @@
+package nbd
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNoSuchExport is returned (possibly wrapped) by Backend.Open when no
+// export has the requested name.
+var ErrNoSuchExport = errors.New("nbd: no such export")
+
+// Backend is what the server serves: a set of named exports. The ebbfs
+// engine implements it over the regular files of /.nbd/; tests implement it
+// in memory. Implementations must be safe for concurrent use.
+type Backend interface {
+	// List returns every export with its current size.
+	List(ctx context.Context) ([]ExportInfo, error)
+	// Open opens the named export. It returns an error satisfying
+	// errors.Is(err, ErrNoSuchExport) when the export does not exist.
+	Open(ctx context.Context, name string) (Export, error)
+}
+
+// ExportInfo describes one export in a listing.
+type ExportInfo struct {
+	Name string
+	Size int64
+}
+
+// Export is one open export. One Export is opened per client connection
+// and used concurrently by up to maxInFlight requests of that connection;
+// Close is called once, after the last request has finished.
+//
+// Errors wrapping syscall.ENOSPC, EDQUOT, EROFS, EPERM, EACCES, ENOMEM,
+// EOVERFLOW, EOPNOTSUPP or EINVAL are reported to the client with the
+// matching NBD error; every other error is reported as EIO.
+type Export interface {
+	// Size returns the current size in bytes. The file may be resized
+	// through the mount while the export is open.
+	Size() (int64, error)
+	// ReadAt fills p from offset off. The range is within Size.
+	ReadAt(ctx context.Context, p []byte, off int64) error
+	// WriteAt writes p at offset off. The range is within Size.
+	WriteAt(ctx context.Context, p []byte, off int64) error
+	// Trim punches a hole: the range reads as zeroes afterwards and its
+	// space is freed.
+	Trim(ctx context.Context, off, length int64) error
+	// Zero makes the range read as zeroes. If mayTrim is false
+	// (NBD_CMD_FLAG_NO_HOLE) the space must stay allocated.
+	Zero(ctx context.Context, off, length int64, mayTrim bool) error
+	// Flush is the global durability barrier: when it returns nil, every
+	// write that completed before it was called, through any export or
+	// connection, is durable. CAN_MULTI_CONN is advertised because of it.
+	Flush(ctx context.Context) error
+	// Close releases the export.
+	Close() error
+}

@@ -1,0 +1,241 @@
+package nbd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// request is one parsed transmission-phase request.
+type request struct {
+	flags  uint16
+	typ    uint16
+	handle uint64
+	off    uint64
+	length uint32
+	data   []byte // WRITE payload
+}
+
+// budget bounds the requests of one connection in flight, by count and by
+// buffered bytes, so a client cannot make the server hold more than about
+// 2*MaxRequest bytes of payload per connection.
+type budget struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	n, bytes int
+	maxBytes int
+}
+
+func newBudget(maxBytes int) *budget {
+	b := &budget{maxBytes: maxBytes}
+	b.cond.L = &b.mu
+	return b
+}
+
+func (b *budget) acquire(bytes int) {
+	b.mu.Lock()
+	for b.n >= maxInFlight || (b.n > 0 && b.bytes+bytes > b.maxBytes) {
+		b.cond.Wait()
+	}
+	b.n++
+	b.bytes += bytes
+	b.mu.Unlock()
+}
+
+func (b *budget) release(bytes int) {
+	b.mu.Lock()
+	b.n--
+	b.bytes -= bytes
+	b.mu.Unlock()
+	b.cond.Broadcast()
+}
+
+// transmit runs the transmission phase: the calling goroutine reads
+// requests, each request runs in its own goroutine bounded by a budget, and
+// replies are written whole under c.wmu. It returns after every started
+// request has been answered.
+func (c *conn) transmit() error {
+	bud := newBudget(2 * c.s.o.MaxRequest)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	maxReq := uint32(c.s.o.MaxRequest)
+	var hdr [requestHeaderSize]byte
+	for {
+		if c.closing.Load() {
+			return errors.New("server closing")
+		}
+		if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("reading request: %w", err)
+		}
+		if m := binary.BigEndian.Uint32(hdr[0:]); m != requestMagic {
+			return fmt.Errorf("bad request magic %#x", m)
+		}
+		r := &request{
+			flags:  binary.BigEndian.Uint16(hdr[4:]),
+			typ:    binary.BigEndian.Uint16(hdr[6:]),
+			handle: binary.BigEndian.Uint64(hdr[8:]),
+			off:    binary.BigEndian.Uint64(hdr[16:]),
+			length: binary.BigEndian.Uint32(hdr[24:]),
+		}
+		cost := 0
+		switch r.typ {
+		case cmdDisc:
+			return nil
+		case cmdWrite:
+			if r.length > maxReq {
+				// The payload would have to be read to stay in
+				// sync; refuse and close instead.
+				c.reply(r.handle, errnoInval, nil)
+				return fmt.Errorf("WRITE of %d bytes exceeds %d", r.length, maxReq)
+			}
+			cost = int(r.length)
+		case cmdRead:
+			if r.length <= maxReq {
+				cost = int(r.length)
+			}
+		}
+		bud.acquire(cost)
+		if r.typ == cmdWrite {
+			r.data = make([]byte, r.length)
+			if _, err := io.ReadFull(c.br, r.data); err != nil {
+				// A partial payload is dropped, never applied.
+				bud.release(cost)
+				return fmt.Errorf("reading WRITE payload: %w", err)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer bud.release(cost)
+			c.handle(r)
+		}()
+	}
+}
+
+// reply writes one simple reply, with data only on success.
+func (c *conn) reply(handle uint64, errno uint32, data []byte) {
+	var h [replyHeaderSize]byte
+	binary.BigEndian.PutUint32(h[0:], simpleReplyMagic)
+	binary.BigEndian.PutUint32(h[4:], errno)
+	binary.BigEndian.PutUint64(h[8:], handle)
+	bufs := net.Buffers{h[:]}
+	if errno == errnoOK && len(data) > 0 {
+		bufs = append(bufs, data)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := bufs.WriteTo(c.nc); err != nil {
+		c.werr = err
+		c.log.Info("nbd: writing reply", "export", c.name, "err", err)
+		// The stream is broken: make the reader stop too.
+		c.nc.Close()
+	}
+}
+
+// handle runs one request against the export and replies.
+func (c *conn) handle(r *request) {
+	errno, data, err := c.do(r)
+	if err != nil {
+		c.log.Warn("nbd: request failed", "export", c.name, "cmd", cmdName(r.typ),
+			"offset", r.off, "length", r.length, "errno", errnoName(errno), "err", err)
+	}
+	c.reply(r.handle, errno, data)
+}
+
+// do executes r. It returns the NBD error, READ data, and the backend error
+// to log (nil for protocol errors the client caused).
+func (c *conn) do(r *request) (uint32, []byte, error) {
+	known := cmdFlagFUA
+	if r.typ == cmdWriteZeroes {
+		known |= cmdFlagNoHole
+	}
+	if r.flags&^known != 0 {
+		return errnoInval, nil, nil
+	}
+	switch r.typ {
+	case cmdFlush:
+		if err := c.exp.Flush(c.ctx); err != nil {
+			return errnoOf(err), nil, err
+		}
+		return errnoOK, nil, nil
+	case cmdRead, cmdWrite, cmdTrim, cmdWriteZeroes:
+	default:
+		return errnoInval, nil, nil
+	}
+	if r.typ == cmdRead && r.length > uint32(c.s.o.MaxRequest) {
+		return errnoInval, nil, nil
+	}
+	if r.typ != cmdRead && c.readOnly {
+		return errnoPerm, nil, nil
+	}
+	size := c.size
+	cur, err := c.exp.Size()
+	if err != nil {
+		return errnoIO, nil, fmt.Errorf("size: %w", err)
+	}
+	size = min(size, cur)
+	if r.off > uint64(size) || uint64(r.length) > uint64(size)-r.off {
+		if r.typ == cmdWrite || r.typ == cmdWriteZeroes {
+			return errnoNoSpc, nil, nil
+		}
+		return errnoInval, nil, nil
+	}
+	if r.length == 0 {
+		return errnoOK, nil, nil
+	}
+	off, n := int64(r.off), int64(r.length)
+	switch r.typ {
+	case cmdRead:
+		buf := make([]byte, n)
+		if err := c.exp.ReadAt(c.ctx, buf, off); err != nil {
+			return errnoOf(err), nil, err
+		}
+		return errnoOK, buf, nil
+	case cmdWrite:
+		err = c.exp.WriteAt(c.ctx, r.data, off)
+	case cmdTrim:
+		err = c.exp.Trim(c.ctx, off, n)
+	case cmdWriteZeroes:
+		err = c.exp.Zero(c.ctx, off, n, r.flags&cmdFlagNoHole == 0)
+	}
+	if err == nil && r.flags&cmdFlagFUA != 0 {
+		err = c.exp.Flush(c.ctx)
+	}
+	if err != nil {
+		return errnoOf(err), nil, err
+	}
+	return errnoOK, nil, nil
+}
+
+func cmdName(t uint16) string {
+	switch t {
+	case cmdRead:
+		return "READ"
+	case cmdWrite:
+		return "WRITE"
+	case cmdDisc:
+		return "DISC"
+	case cmdFlush:
+		return "FLUSH"
+	case cmdTrim:
+		return "TRIM"
+	case cmdCache:
+		return "CACHE"
+	case cmdWriteZeroes:
+		return "WRITE_ZEROES"
+	case cmdBlockStatus:
+		return "BLOCK_STATUS"
+	}
+	return fmt.Sprintf("cmd%d", t)
+}
