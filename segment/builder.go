@@ -1,0 +1,123 @@
+package segment
+
+import (
+	"fmt"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+)
+
+// Builder collects the frames of one segment in memory. It is not safe for
+// concurrent use; the caller (the open segment buffer) serialises access.
+//
+// The caller decides when to seal: Size reports the frame bytes so far and
+// must stay below MaxFrameBytes (segments are sealed at a few hundred MiB;
+// repack outputs never exceed 1 GiB).
+type Builder struct {
+	k       *keys.Keys
+	segID   uint64
+	codec   Codec
+	buf     []byte
+	entries []DirEntry
+	sealed  []byte // set by Finish
+}
+
+// NewBuilder starts segment segID; frames added with Add are compressed
+// with c.
+func NewBuilder(k *keys.Keys, segID uint64, c Codec) *Builder {
+	return &Builder{k: k, segID: segID, codec: c}
+}
+
+// SegID is the id of the segment being built.
+func (b *Builder) SegID() uint64 { return b.segID }
+
+// Add encodes plain as the frame for id, appends it, and returns its
+// pointer. It panics if called after Finish or if the segment would grow
+// past MaxFrameBytes (both are caller bugs, not data errors).
+func (b *Builder) Add(id FrameID, plain []byte) Pointer {
+	b.check(len(plain) + FrameOverhead)
+	if len(plain) > MaxPlainLen {
+		panic(fmt.Sprintf("segment: Add of %d bytes, more than one extent", len(plain)))
+	}
+	off := len(b.buf)
+	b.buf = EncodeFrame(b.buf, b.k, id, plain, b.codec)
+	return b.record(id, off, len(b.buf)-off, uint32(len(plain)))
+}
+
+// AddEncoded appends an already encoded frame verbatim (repack). The frame
+// must have been sealed for id; it is not re-authenticated here.
+func (b *Builder) AddEncoded(id FrameID, frame []byte, plainLen uint32) Pointer {
+	b.check(len(frame))
+	off := len(b.buf)
+	b.buf = append(b.buf, frame...)
+	return b.record(id, off, len(frame), plainLen)
+}
+
+func (b *Builder) check(n int) {
+	if b.sealed != nil {
+		panic("segment: Builder used after Finish")
+	}
+	if uint64(len(b.buf))+uint64(n) > MaxFrameBytes {
+		panic(fmt.Sprintf("segment: segment %016x would exceed %d frame bytes", b.segID, uint64(MaxFrameBytes)))
+	}
+}
+
+func (b *Builder) record(id FrameID, off, n int, plainLen uint32) Pointer {
+	e := DirEntry{Offset: uint32(off), Length: uint32(n), PlainLen: plainLen, Ino: id.Ino, Extent: id.Extent, Gen: id.Gen}
+	b.entries = append(b.entries, e)
+	return e.Pointer(b.segID)
+}
+
+// Size is the number of frame bytes so far.
+func (b *Builder) Size() int { return len(b.buf) }
+
+// Frames is the number of frames so far.
+func (b *Builder) Frames() int { return len(b.entries) }
+
+// Entries returns the directory entries so far (shared; do not modify).
+func (b *Builder) Entries() []DirEntry { return b.entries }
+
+// Encoded returns the encoded frame p points at, if p is a frame of this
+// builder. The open buffer serves reads from it.
+func (b *Builder) Encoded(p Pointer) ([]byte, bool) {
+	if p.Segment != b.segID || p.End() > uint64(len(b.buf)) || p.Length == 0 {
+		return nil, false
+	}
+	return b.buf[p.Offset:p.End():p.End()], true
+}
+
+// Read decodes the frame p points at from memory.
+func (b *Builder) Read(id FrameID, p Pointer) ([]byte, error) {
+	f, ok := b.Encoded(p)
+	if !ok {
+		return nil, fmt.Errorf("segment %s: pointer [%d,+%d) is not in the open segment", Key(p.Segment), p.Offset, p.Length)
+	}
+	out, err := DecodeFrame(b.k, id, f, int(p.PlainLen))
+	if err != nil {
+		return nil, &CorruptError{Key: Key(p.Segment), Offset: int64(p.Offset), Err: err}
+	}
+	return out, nil
+}
+
+// Finish seals the segment and returns the object bytes:
+// frames || sealed directory || 64-byte footer. Later calls return the same
+// bytes; Add after Finish panics.
+func (b *Builder) Finish() []byte {
+	if b.sealed != nil {
+		return b.sealed
+	}
+	f := Footer{
+		Version:    FormatVersion,
+		SegID:      b.segID,
+		DirOffset:  uint64(len(b.buf)),
+		DirLen:     uint32(len(b.entries)*DirEntrySize + keys.Overhead),
+		FrameCount: uint32(len(b.entries)),
+		FrameBytes: uint64(len(b.buf)),
+	}
+	dir := sealDirectory(b.k, f, b.entries)
+	n := len(b.buf)
+	out := append(b.buf, dir...) // frames already in place: no copy when capacity allows
+	out = append(out, f.Marshal()...)
+	b.sealed = out
+	b.buf = out[:n:n]
+	return out
+}

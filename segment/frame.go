@@ -1,0 +1,223 @@
+package segment
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+)
+
+// ErrCorrupt is wrapped by every error that reports corrupt or tampered
+// segment bytes: a frame or directory that fails authentication, a payload
+// that does not decompress to the expected length, a malformed footer or
+// directory.
+var ErrCorrupt = errors.New("segment: corrupt data")
+
+// Codec names the compression of one frame's payload.
+type Codec uint8
+
+const (
+	CodecNone Codec = 0
+	CodecLZ4  Codec = 1
+	CodecZstd Codec = 2
+)
+
+func (c Codec) String() string {
+	switch c {
+	case CodecNone:
+		return "none"
+	case CodecLZ4:
+		return "lz4"
+	case CodecZstd:
+		return "zstd"
+	}
+	return fmt.Sprintf("codec(%d)", uint8(c))
+}
+
+// ParseCodec maps a configuration name ("none", "lz4", "zstd") to a Codec.
+func ParseCodec(s string) (Codec, error) {
+	switch s {
+	case "none", "":
+		return CodecNone, nil
+	case "lz4":
+		return CodecLZ4, nil
+	case "zstd":
+		return CodecZstd, nil
+	}
+	return 0, fmt.Errorf("unknown compression %q (want none, lz4 or zstd)", s)
+}
+
+// FrameOverhead is the number of bytes a frame adds to its payload: the
+// nonce, the codec byte and the tag.
+const FrameOverhead = keys.Overhead + 1
+
+const frameAADMagic = "ebbfs-frame-v1"
+
+// frameAADLen is the AAD length: magic, uuid, ino, extent, gen.
+const frameAADLen = len(frameAADMagic) + 16 + 3*8
+
+func frameAAD(buf *[frameAADLen]byte, uuid [16]byte, id FrameID) []byte {
+	b := buf[:0]
+	b = append(b, frameAADMagic...)
+	b = append(b, uuid[:]...)
+	b = binary.LittleEndian.AppendUint64(b, id.Ino)
+	b = binary.LittleEndian.AppendUint64(b, id.Extent)
+	b = binary.LittleEndian.AppendUint64(b, id.Gen)
+	return b
+}
+
+var (
+	zstdOnce sync.Once
+	zstdEnc  *zstd.Encoder
+	zstdDec  *zstd.Decoder
+	zstdErr  error
+)
+
+func zstdCodecs() (*zstd.Encoder, *zstd.Decoder, error) {
+	zstdOnce.Do(func() {
+		zstdEnc, zstdErr = zstd.NewWriter(nil,
+			zstd.WithEncoderCRC(false), // the AEAD tag covers integrity
+			zstd.WithEncoderLevel(zstd.SpeedDefault),
+			zstd.WithWindowSize(MaxPlainLen),
+			zstd.WithSingleSegment(true))
+		if zstdErr != nil {
+			return
+		}
+		zstdDec, zstdErr = zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(0),
+			zstd.WithDecoderMaxMemory(MaxPlainLen),
+			zstd.WithDecodeAllCapLimit(true))
+	})
+	return zstdEnc, zstdDec, zstdErr
+}
+
+var lz4Pool = sync.Pool{New: func() any { return new(lz4.Compressor) }}
+
+// compress appends plain compressed with c to dst and reports whether the
+// result is smaller than plain. On false dst is returned unchanged.
+func compress(dst, plain []byte, c Codec) ([]byte, bool) {
+	if len(plain) == 0 {
+		return dst, false
+	}
+	n := len(dst)
+	switch c {
+	case CodecLZ4:
+		bound := lz4.CompressBlockBound(len(plain))
+		dst = grow(dst, bound)
+		lc := lz4Pool.Get().(*lz4.Compressor)
+		m, err := lc.CompressBlock(plain, dst[n:n+bound])
+		lz4Pool.Put(lc)
+		if err != nil || m == 0 || m >= len(plain) {
+			return dst[:n], false
+		}
+		return dst[:n+m], true
+	case CodecZstd:
+		enc, _, err := zstdCodecs()
+		if err != nil {
+			return dst, false
+		}
+		out := enc.EncodeAll(plain, dst)
+		if len(out)-n >= len(plain) {
+			return out[:n], false
+		}
+		return out, true
+	}
+	return dst, false
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b[:len(b)+n][:len(b)]
+	}
+	nb := make([]byte, len(b), len(b)+n)
+	copy(nb, b)
+	return nb
+}
+
+// EncodeFrame compresses plain with c (falling back to storing it raw when
+// compression does not shrink it), seals it under the data key and appends
+// the frame to dst:
+//
+//	nonce (24) || XChaCha20-Poly1305(codec byte || payload) || tag (16)
+//
+// The AAD is "ebbfs-frame-v1" || fs uuid || ino || extent || gen (u64 LE
+// each). The segment id is not bound, so repack can copy frames verbatim.
+func EncodeFrame(dst []byte, k *keys.Keys, id FrameID, plain []byte, c Codec) []byte {
+	// Build codec byte || payload in a scratch buffer, then seal it.
+	scratch := make([]byte, 1, 1+len(plain))
+	var ok bool
+	scratch, ok = compress(scratch, plain, c)
+	if ok {
+		scratch[0] = byte(c)
+	} else {
+		scratch[0] = byte(CodecNone)
+		scratch = append(scratch[:1], plain...)
+	}
+	var ab [frameAADLen]byte
+	return k.Data.SealTo(dst, frameAAD(&ab, k.UUID, id), scratch)
+}
+
+// DecodeFrame authenticates a frame made by EncodeFrame for id and returns
+// its plaintext, which must be exactly plainLen bytes. Every failure wraps
+// ErrCorrupt.
+func DecodeFrame(k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
+	return decodeFrameTo(nil, k, id, frame, plainLen)
+}
+
+func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
+	if plainLen < 0 || plainLen > MaxPlainLen {
+		return nil, fmt.Errorf("frame: plain length %d outside [0,%d]: %w", plainLen, MaxPlainLen, ErrCorrupt)
+	}
+	if len(frame) < FrameOverhead {
+		return nil, fmt.Errorf("frame: %d bytes, shorter than the %d-byte overhead: %w", len(frame), FrameOverhead, ErrCorrupt)
+	}
+	if len(frame) > plainLen+FrameOverhead {
+		return nil, fmt.Errorf("frame: %d bytes, too long for %d plain bytes: %w", len(frame), plainLen, ErrCorrupt)
+	}
+	var ab [frameAADLen]byte
+	inner, err := k.Data.Open(frameAAD(&ab, k.UUID, id), frame)
+	if err != nil {
+		return nil, fmt.Errorf("frame (ino %d, extent %d, gen %d): %w: %w", id.Ino, id.Extent, id.Gen, err, ErrCorrupt)
+	}
+	if len(inner) < 1 {
+		return nil, fmt.Errorf("frame: empty payload: %w", ErrCorrupt)
+	}
+	codec, payload := Codec(inner[0]), inner[1:]
+	switch codec {
+	case CodecNone:
+		if len(payload) != plainLen {
+			return nil, fmt.Errorf("frame: raw payload of %d bytes, want %d: %w", len(payload), plainLen, ErrCorrupt)
+		}
+		if dst == nil {
+			// inner is freshly allocated; hand out the payload in place.
+			return payload, nil
+		}
+		return append(dst, payload...), nil
+	case CodecLZ4:
+		out := grow(dst, plainLen)
+		n := len(out)
+		m, err := lz4.UncompressBlock(payload, out[n:n+plainLen])
+		if err != nil || m != plainLen {
+			return nil, fmt.Errorf("frame: lz4 payload does not decode to %d bytes: %w", plainLen, ErrCorrupt)
+		}
+		return out[:n+plainLen], nil
+	case CodecZstd:
+		_, dec, err := zstdCodecs()
+		if err != nil {
+			return nil, fmt.Errorf("frame: zstd unavailable: %v", err)
+		}
+		out := grow(dst, plainLen)
+		n := len(out)
+		res, err := dec.DecodeAll(payload, out[:n:n+plainLen])
+		if err != nil || len(res)-n != plainLen {
+			return nil, fmt.Errorf("frame: zstd payload does not decode to %d bytes: %w", plainLen, ErrCorrupt)
+		}
+		return res, nil
+	}
+	return nil, fmt.Errorf("frame: unknown codec %d: %w", uint8(codec), ErrCorrupt)
+}

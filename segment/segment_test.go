@@ -1,0 +1,170 @@
+package segment
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+func TestBuilderFinishParse(t *testing.T) {
+	k := testKeys(t)
+	for _, c := range []Codec{CodecNone, CodecLZ4, CodecZstd} {
+		data, ids, plains, ps := buildSegment(t, k, 0x1234, c, 9)
+		f, err := ParseFooter(data[len(data)-FooterSize:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.SegID != 0x1234 || f.FrameCount != 9 || f.ObjectSize() != int64(len(data)) {
+			t.Fatalf("footer %+v for %d bytes", f, len(data))
+		}
+		ents, err := ParseDirectory(k, f, data[f.DirOffset:f.DirOffset+uint64(f.DirLen)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != len(ps) {
+			t.Fatalf("%d entries, want %d", len(ents), len(ps))
+		}
+		for i, e := range ents {
+			if e.Pointer(0x1234) != ps[i] || e.ID() != ids[i] {
+				t.Fatalf("entry %d = %+v, pointer %+v id %+v", i, e, ps[i], ids[i])
+			}
+			got, err := DecodeFrame(k, e.ID(), data[e.Offset:uint64(e.Offset)+uint64(e.Length)], int(e.PlainLen))
+			if err != nil || !bytes.Equal(got, plains[i]) {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		}
+	}
+}
+
+func TestBuilderEmptyAndEncoded(t *testing.T) {
+	k := testKeys(t)
+	b := NewBuilder(k, 5, CodecLZ4)
+	data := b.Finish()
+	if len(data) != keyOverhead()+FooterSize {
+		t.Fatalf("empty segment is %d bytes", len(data))
+	}
+	if !bytes.Equal(b.Finish(), data) {
+		t.Fatal("second Finish differs")
+	}
+	f, err := ParseFooter(data[len(data)-FooterSize:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := ParseDirectory(k, f, data[:len(data)-FooterSize]); err != nil || len(ents) != 0 {
+		t.Fatalf("%v %v", ents, err)
+	}
+
+	// Repack: copy frames verbatim into another segment; they still open.
+	src, ids, plains, ps := buildSegment(t, k, 6, CodecZstd, 4)
+	out := NewBuilder(k, 7, CodecZstd)
+	var np []Pointer
+	for i := len(ps) - 1; i >= 0; i-- {
+		p := ps[i]
+		q := out.AddEncoded(ids[i], src[p.Offset:p.End()], p.PlainLen)
+		if q.Length != p.Length || q.PlainLen != p.PlainLen || q.Gen != p.Gen || q.Segment != 7 {
+			t.Fatalf("AddEncoded pointer %+v from %+v", q, p)
+		}
+		np = append(np, q)
+		got, err := out.Read(ids[i], q)
+		if err != nil || !bytes.Equal(got, plains[i]) {
+			t.Fatalf("open-buffer read: %v", err)
+		}
+	}
+	seg := out.Finish()
+	for j, q := range np {
+		i := len(ps) - 1 - j
+		got, err := DecodeFrame(k, ids[i], seg[q.Offset:q.End()], int(q.PlainLen))
+		if err != nil || !bytes.Equal(got, plains[i]) {
+			t.Fatalf("copied frame %d: %v", i, err)
+		}
+	}
+	if out.Frames() != 4 || out.Size() != int(np[3].End()) {
+		t.Fatalf("Frames %d Size %d", out.Frames(), out.Size())
+	}
+}
+
+func keyOverhead() int { return FrameOverhead - 1 }
+
+// Every single flipped byte anywhere in a segment is detected: by the
+// footer checksum, the directory AEAD, or the frame AEAD.
+func TestSegmentFlippedByteAnywhere(t *testing.T) {
+	k := testKeys(t)
+	const segID = 0xabc
+	// Small frames (one compressed, one raw, one empty) so every byte can
+	// be flipped quickly.
+	bld := NewBuilder(k, segID, CodecLZ4)
+	plains := [][]byte{textExtent(1, 700), randomExtent(300), {}}
+	var ps []Pointer
+	for i, p := range plains {
+		ps = append(ps, bld.Add(FrameID{Ino: 5, Extent: uint64(i), Gen: 2}, p))
+	}
+	data := bld.Finish()
+	mem := objstore.NewMem()
+	ctx := context.Background()
+	// verify returns an error if any part of the segment fails to verify,
+	// nil if all frames decode to the expected plaintext.
+	verify := func(obj []byte) error {
+		if _, err := mem.Put(ctx, Key(segID), obj, objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, ents, err := readDirectory(ctx, mem, k, segID, int64(len(obj)), discardLogger())
+		if err != nil {
+			return err
+		}
+		for i, e := range ents {
+			got, err := DecodeFrame(k, e.ID(), obj[e.Offset:uint64(e.Offset)+uint64(e.Length)], int(e.PlainLen))
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, plains[i]) || e.Pointer(segID) != ps[i] {
+				t.Fatalf("wrong data accepted for frame %d", i)
+			}
+		}
+		return nil
+	}
+	if err := verify(data); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(data); i++ {
+		g := bytes.Clone(data)
+		g[i] ^= 1 << (i % 8)
+		err := verify(g)
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("flip at %d of %d: err %v", i, len(data), err)
+		}
+	}
+}
+
+func TestFooterValidation(t *testing.T) {
+	good := Footer{Version: FormatVersion, SegID: 9, DirOffset: 1000, DirLen: 3*DirEntrySize + uint32(keyOverhead()), FrameCount: 3, FrameBytes: 1000}
+	b := good.Marshal()
+	if len(b) != FooterSize || string(b[:8]) != "EBBFSSEG" {
+		t.Fatalf("footer % x", b)
+	}
+	if f, err := ParseFooter(b); err != nil || f != good {
+		t.Fatalf("%+v %v", f, err)
+	}
+	bads := map[string]Footer{
+		"version":  {Version: 2, SegID: 9, DirOffset: 1000, DirLen: good.DirLen, FrameCount: 3, FrameBytes: 1000},
+		"dirOff":   {Version: 1, SegID: 9, DirOffset: 999, DirLen: good.DirLen, FrameCount: 3, FrameBytes: 1000},
+		"dirLen":   {Version: 1, SegID: 9, DirOffset: 1000, DirLen: good.DirLen + 1, FrameCount: 3, FrameBytes: 1000},
+		"tooMany":  {Version: 1, SegID: 9, DirOffset: 100, DirLen: good.DirLen, FrameCount: 3, FrameBytes: 100},
+		"tooLarge": {Version: 1, SegID: 9, DirOffset: 1 << 33, DirLen: good.DirLen, FrameCount: 3, FrameBytes: 1 << 33},
+	}
+	for name, f := range bads {
+		if _, err := ParseFooter(f.Marshal()); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	r := bytes.Clone(b)
+	r[50] = 1
+	if _, err := ParseFooter(r); !errors.Is(err, ErrCorrupt) {
+		t.Error("bad checksum accepted")
+	}
+	if _, err := ParseFooter(b[:63]); !errors.Is(err, ErrCorrupt) {
+		t.Error("short footer accepted")
+	}
+}
