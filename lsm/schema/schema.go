@@ -139,10 +139,11 @@ type Inode struct {
 	Mtime  int64
 	Ctime  int64
 	Gen    uint64
+	Parent uint64 // directories: the containing directory
 }
 
 const inodeVersion = 1
-const inodeLen = 1 + 5*4 + 6*8
+const inodeLen = 1 + 5*4 + 7*8
 
 // Marshal encodes the inode.
 func (n *Inode) Marshal() []byte {
@@ -159,6 +160,7 @@ func (n *Inode) Marshal() []byte {
 	be.PutUint64(b[45:], uint64(n.Mtime))
 	be.PutUint64(b[53:], uint64(n.Ctime))
 	be.PutUint64(b[61:], n.Gen)
+	be.PutUint64(b[69:], n.Parent)
 	return b
 }
 
@@ -179,6 +181,7 @@ func UnmarshalInode(b []byte) (Inode, error) {
 		Mtime:  int64(be.Uint64(b[45:])),
 		Ctime:  int64(be.Uint64(b[53:])),
 		Gen:    be.Uint64(b[61:]),
+		Parent: be.Uint64(b[69:]),
 	}, nil
 }
 
