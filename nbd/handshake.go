@@ -261,11 +261,17 @@ func (c *conn) optInfoGo(opt uint32, data []byte) (bool, error) {
 			return false, err
 		}
 	}
+	if opt == optInfo {
+		// Close before the ACK so that the export is released when the
+		// client sees the answer.
+		keep = true
+		if err := exp.Close(); err != nil {
+			c.log.Warn("nbd: closing export", "export", resolved, "err", err)
+		}
+		return false, c.optReply(opt, repAck, nil)
+	}
 	if err := c.optReply(opt, repAck, nil); err != nil {
 		return false, err
-	}
-	if opt == optInfo {
-		return false, nil
 	}
 	keep = true
 	c.exp, c.name, c.size = exp, resolved, size

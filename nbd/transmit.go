@@ -69,7 +69,7 @@ func (c *conn) transmit() error {
 			return errors.New("server closing")
 		}
 		if _, err := io.ReadFull(c.br, hdr[:]); err != nil {
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) || c.closing.Load() {
 				return nil
 			}
 			return fmt.Errorf("reading request: %w", err)
