@@ -118,3 +118,4 @@ func (m *Mem) List(_ context.Context, prefix, startAfter string, limit int) (Lis
 	}
 	return p, nil
 }
+
