@@ -43,6 +43,9 @@ type memExport struct {
 	}
 	// hook, when set, runs at the start of every data operation.
 	hook func(op string)
+	// badRange records a data operation outside the export: the server
+	// must never pass one through.
+	badRange atomic.Bool
 	// inFlight and maxInFlight measure concurrency of data operations.
 	inFlight, maxSeen atomic.Int64
 }
@@ -174,6 +177,7 @@ func (e *memExport) check(off, n int64) error {
 		return e.mu.failWith
 	}
 	if off < 0 || n < 0 || off+n > int64(len(e.mu.data)) {
+		e.badRange.Store(true)
 		return fmt.Errorf("mem: range %d+%d outside %d", off, n, len(e.mu.data))
 	}
 	return nil
