@@ -221,3 +221,19 @@ func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen 
 	}
 	return nil, fmt.Errorf("frame: unknown codec %d: %w", uint8(codec), ErrCorrupt)
 }
+
+// VerifyFrame authenticates a frame for id without decompressing it.
+func VerifyFrame(k *keys.Keys, id FrameID, frame []byte) error {
+	if len(frame) < FrameOverhead {
+		return fmt.Errorf("frame: %d bytes, shorter than the %d-byte overhead: %w", len(frame), FrameOverhead, ErrCorrupt)
+	}
+	var ab [frameAADLen]byte
+	inner, err := k.Data.Open(frameAAD(&ab, k.UUID, id), frame)
+	if err != nil {
+		return fmt.Errorf("frame (ino %d, extent %d, gen %d): %w: %w", id.Ino, id.Extent, id.Gen, err, ErrCorrupt)
+	}
+	if len(inner) < 1 || Codec(inner[0]) > CodecZstd {
+		return fmt.Errorf("frame: bad codec byte: %w", ErrCorrupt)
+	}
+	return nil
+}

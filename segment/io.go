@@ -18,10 +18,12 @@ import (
 // is an error wrapping ErrCorrupt, logged at error level; a missing object
 // is an error wrapping objstore.ErrNotFound.
 func ReadDirectory(ctx context.Context, s objstore.Store, k *keys.Keys, segID uint64, size int64) (Footer, []DirEntry, error) {
-	return readDirectory(ctx, s, k, segID, size, slog.Default())
+	return readDirectory(ctx, s.GetRange, k, segID, size, slog.Default())
 }
 
-func readDirectory(ctx context.Context, s objstore.Store, k *keys.Keys, segID uint64, size int64, log *slog.Logger) (Footer, []DirEntry, error) {
+type getRangeFunc func(ctx context.Context, key string, off, n int64) ([]byte, error)
+
+func readDirectory(ctx context.Context, get getRangeFunc, k *keys.Keys, segID uint64, size int64, log *slog.Logger) (Footer, []DirEntry, error) {
 	key := Key(segID)
 	corrupt := func(off int64, reason string, err error) (Footer, []DirEntry, error) {
 		ce := &CorruptError{Key: key, Offset: off, Reason: reason, Err: err}
@@ -31,7 +33,7 @@ func readDirectory(ctx context.Context, s objstore.Store, k *keys.Keys, segID ui
 	if size < FooterSize+keys.Overhead {
 		return corrupt(-1, fmt.Sprintf("object size %d is too small for a segment", size), nil)
 	}
-	fb, err := s.GetRange(ctx, key, size-FooterSize, FooterSize)
+	fb, err := get(ctx, key, size-FooterSize, FooterSize)
 	if err != nil {
 		return Footer{}, nil, fmt.Errorf("segment %s: read footer: %w", key, err)
 	}
@@ -45,7 +47,7 @@ func readDirectory(ctx context.Context, s objstore.Store, k *keys.Keys, segID ui
 	if f.ObjectSize() != size {
 		return corrupt(size-FooterSize, fmt.Sprintf("footer describes a %d-byte object, object is %d bytes", f.ObjectSize(), size), nil)
 	}
-	sealed, err := s.GetRange(ctx, key, int64(f.DirOffset), int64(f.DirLen))
+	sealed, err := get(ctx, key, int64(f.DirOffset), int64(f.DirLen))
 	if err != nil {
 		return Footer{}, nil, fmt.Errorf("segment %s: read directory: %w", key, err)
 	}

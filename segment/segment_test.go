@@ -110,7 +110,7 @@ func TestSegmentFlippedByteAnywhere(t *testing.T) {
 		if _, err := mem.Put(ctx, Key(segID), obj, objstore.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		_, ents, err := readDirectory(ctx, mem, k, segID, int64(len(obj)), discardLogger())
+		_, ents, err := readDirectory(ctx, mem.GetRange, k, segID, int64(len(obj)), discardLogger())
 		if err != nil {
 			return err
 		}

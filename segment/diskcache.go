@@ -1,0 +1,267 @@
+package segment
+
+import (
+	"container/list"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// diskCache keeps encrypted frames as files, one per frame:
+//
+//	<dir>/<low byte of segment id, 2 hex>/<segment id, 16 hex>-<offset, 8 hex>-<length, 8 hex>
+//
+// The total size of the files is bounded; the least recently used are
+// removed first. The index lives in memory and is rebuilt from the
+// directory on open (oldest modification time = least recently used).
+// Entries are authenticated by the frame AEAD when read, so the cache
+// needs no checksums and no fsync: a torn or damaged file fails its size
+// check or authentication, is dropped, and the frame is fetched again.
+// Files whose names the cache does not recognise are left alone.
+type diskCache struct {
+	dir string
+	log *slog.Logger
+
+	mu   sync.Mutex
+	max  int64
+	used int64
+	lru  *list.List // front = most recent; values *diskEntry
+	m    map[uint64]map[uint32]*list.Element
+}
+
+type diskEntry struct {
+	seg    uint64
+	off    uint32
+	length uint32
+}
+
+const diskTmpPrefix = ".tmp-"
+
+func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("segment cache: %w", err)
+	}
+	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), m: map[uint64]map[uint32]*list.Element{}}
+	type found struct {
+		e   diskEntry
+		mod time.Time
+	}
+	var all []found
+	shards, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("segment cache: %w", err)
+	}
+	for _, sh := range shards {
+		shard, ok := parseShard(sh.Name())
+		if !ok || !sh.IsDir() {
+			continue
+		}
+		sdir := filepath.Join(dir, sh.Name())
+		files, err := os.ReadDir(sdir)
+		if err != nil {
+			return nil, fmt.Errorf("segment cache: %w", err)
+		}
+		for _, f := range files {
+			name := f.Name()
+			path := filepath.Join(sdir, name)
+			if strings.HasPrefix(name, diskTmpPrefix) {
+				_ = os.Remove(path) // interrupted write of our own
+				continue
+			}
+			e, ok := parseCacheName(name)
+			if !ok || e.seg&0xff != uint64(shard) || !f.Type().IsRegular() {
+				continue
+			}
+			info, err := f.Info()
+			if err != nil {
+				continue
+			}
+			if info.Size() != int64(e.length) {
+				log.Warn("segment cache: dropping damaged entry", "file", path, "size", info.Size(), "want", e.length)
+				_ = os.Remove(path)
+				continue
+			}
+			all = append(all, found{e, info.ModTime()})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].mod.Before(all[j].mod) })
+	for _, f := range all {
+		c.insertLocked(f.e) // oldest first, so the newest end up in front
+	}
+	c.mu.Lock()
+	c.evictLocked(0)
+	c.mu.Unlock()
+	return c, nil
+}
+
+func parseShard(s string) (uint8, bool) {
+	if len(s) != 2 || !lowerHex(s) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s, 16, 8)
+	return uint8(v), err == nil
+}
+
+func cacheName(seg uint64, off, length uint32) string {
+	return fmt.Sprintf("%016x-%08x-%08x", seg, off, length)
+}
+
+func parseCacheName(s string) (diskEntry, bool) {
+	if len(s) != 16+1+8+1+8 || s[16] != '-' || s[25] != '-' {
+		return diskEntry{}, false
+	}
+	if !lowerHex(s[:16]) || !lowerHex(s[17:25]) || !lowerHex(s[26:]) {
+		return diskEntry{}, false
+	}
+	seg, err1 := strconv.ParseUint(s[:16], 16, 64)
+	off, err2 := strconv.ParseUint(s[17:25], 16, 32)
+	n, err3 := strconv.ParseUint(s[26:], 16, 32)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return diskEntry{}, false
+	}
+	return diskEntry{seg: seg, off: uint32(off), length: uint32(n)}, true
+}
+
+func (c *diskCache) path(e diskEntry) string {
+	return filepath.Join(c.dir, fmt.Sprintf("%02x", e.seg&0xff), cacheName(e.seg, e.off, e.length))
+}
+
+func (c *diskCache) insertLocked(e diskEntry) {
+	sm := c.m[e.seg]
+	if sm == nil {
+		sm = map[uint32]*list.Element{}
+		c.m[e.seg] = sm
+	}
+	if el, ok := sm[e.off]; ok {
+		c.lru.MoveToFront(el)
+		return
+	}
+	ne := e
+	sm[e.off] = c.lru.PushFront(&ne)
+	c.used += int64(e.length)
+}
+
+// evictLocked removes least recently used entries until room more bytes fit.
+func (c *diskCache) evictLocked(room int64) {
+	for c.used+room > c.max && c.lru.Len() > 0 {
+		c.removeLocked(c.lru.Back())
+	}
+}
+
+func (c *diskCache) removeLocked(el *list.Element) {
+	e := el.Value.(*diskEntry)
+	c.lru.Remove(el)
+	c.used -= int64(e.length)
+	if sm := c.m[e.seg]; sm != nil {
+		delete(sm, e.off)
+		if len(sm) == 0 {
+			delete(c.m, e.seg)
+		}
+	}
+	if err := os.Remove(c.path(*e)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.log.Warn("segment cache: remove failed", "err", err)
+	}
+}
+
+// get returns the cached encrypted frame, if any.
+func (c *diskCache) get(p Pointer) ([]byte, bool) {
+	e := diskEntry{seg: p.Segment, off: p.Offset, length: p.Length}
+	c.mu.Lock()
+	el, ok := c.m[e.seg][e.off]
+	if ok && el.Value.(*diskEntry).length != e.length {
+		ok = false
+	}
+	if ok {
+		c.lru.MoveToFront(el)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	b, err := os.ReadFile(c.path(e))
+	if err != nil {
+		c.drop(p, "unreadable: "+err.Error())
+		return nil, false
+	}
+	if len(b) != int(e.length) {
+		c.drop(p, fmt.Sprintf("%d bytes, want %d", len(b), e.length))
+		return nil, false
+	}
+	return b, true
+}
+
+// drop removes an entry found damaged.
+func (c *diskCache) drop(p Pointer, why string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[p.Segment][p.Offset]; ok {
+		c.log.Warn("segment cache: dropping damaged entry", "file", c.path(*el.Value.(*diskEntry)), "reason", why)
+		c.removeLocked(el)
+	}
+}
+
+// put stores an encrypted frame (temp file + rename). Errors only cost a
+// future cache miss, so they are logged and otherwise ignored.
+func (c *diskCache) put(p Pointer, frame []byte) {
+	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
+		return
+	}
+	e := diskEntry{seg: p.Segment, off: p.Offset, length: p.Length}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[e.seg][e.off]; ok {
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.evictLocked(int64(len(frame)))
+	path := c.path(e)
+	if err := writeFileAtomic(path, frame); err != nil {
+		c.log.Warn("segment cache: write failed", "file", path, "err", err)
+		return
+	}
+	c.insertLocked(e)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(dir, diskTmpPrefix+hex.EncodeToString(rnd[:]))
+	err := os.WriteFile(tmp, data, 0o600)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(dir, 0o700); err == nil {
+			err = os.WriteFile(tmp, data, 0o600)
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
+}
+
+func (c *diskCache) forget(seg uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, el := range c.m[seg] {
+		c.removeLocked(el)
+	}
+}
+
+func (c *diskCache) stats() (bytes int64, entries int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.used, c.lru.Len()
+}

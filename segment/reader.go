@@ -1,0 +1,465 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// Defaults for ReaderOptions.
+const (
+	DefaultMemoryBytes = 64 << 20
+	DefaultDiskBytes   = 1 << 30
+	// MaxRunGap is the largest gap between two wanted frames that ReadRun
+	// and ReadEncoded read through rather than split into two GETs.
+	MaxRunGap = 64 << 10
+)
+
+// ReaderOptions configure a Reader.
+type ReaderOptions struct {
+	Store objstore.Store // required
+	Keys  *keys.Keys     // required
+	// MemoryBytes bounds the plaintext memory cache. 0 means
+	// DefaultMemoryBytes; negative disables the memory cache.
+	MemoryBytes int64
+	// DiskDir holds the disk cache of encrypted frames; "" disables it.
+	DiskDir string
+	// DiskBytes bounds the disk cache. 0 means DefaultDiskBytes.
+	DiskBytes int64
+	// Logger receives corruption reports; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills in the documented defaults.
+func (o *ReaderOptions) EnsureDefaults() {
+	if o.MemoryBytes == 0 {
+		o.MemoryBytes = DefaultMemoryBytes
+	}
+	if o.DiskBytes == 0 {
+		o.DiskBytes = DefaultDiskBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports missing or invalid options.
+func (o *ReaderOptions) Validate() error {
+	switch {
+	case o.Store == nil:
+		return errors.New("segment reader: no store")
+	case o.Keys == nil || o.Keys.Data == nil:
+		return errors.New("segment reader: no keys")
+	case o.DiskDir != "" && o.DiskBytes < 0:
+		return fmt.Errorf("segment reader: negative disk cache size %d", o.DiskBytes)
+	}
+	return nil
+}
+
+// ReaderStats are cumulative counters plus current cache sizes.
+type ReaderStats struct {
+	MemHits      uint64 // frames served from the memory cache
+	DiskHits     uint64 // frames served from the disk cache
+	PendingHits  uint64 // frames served from a pending (uploading) segment
+	Misses       uint64 // frames fetched from the store
+	Gets         uint64 // ranged GETs sent
+	BytesFetched uint64 // bytes those GETs returned
+	Corrupt      uint64 // corruption found in store objects
+	DiskCorrupt  uint64 // disk cache entries dropped as damaged
+
+	MemBytes    int64 // memory cache usage (plaintext + bookkeeping)
+	MemEntries  int
+	DiskBytes   int64 // disk cache usage
+	DiskEntries int
+}
+
+// Reader serves frames: memory cache of plaintext (byte-bounded LRU) ->
+// disk cache of encrypted frames -> ranged GET -> authenticate ->
+// decompress. It is safe for concurrent use.
+type Reader struct {
+	store objstore.Store
+	k     *keys.Keys
+	log   *slog.Logger
+	disk  *diskCache // nil if disabled
+
+	mu struct {
+		sync.Mutex
+		mem     *memCache // nil if disabled
+		pending map[uint64][]byte
+		logged  map[corruptSite]struct{}
+		closed  bool
+	}
+
+	memHits, diskHits, pendingHits, misses atomic.Uint64
+	gets, fetched, corrupt, diskCorrupt    atomic.Uint64
+}
+
+type corruptSite struct {
+	seg uint64
+	off int64
+}
+
+// NewReader opens a reader, rebuilding the disk cache index from DiskDir.
+func NewReader(o ReaderOptions) (*Reader, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Reader{store: o.Store, k: o.Keys, log: o.Logger}
+	if o.MemoryBytes > 0 {
+		r.mu.mem = newMemCache(o.MemoryBytes)
+	}
+	r.mu.pending = map[uint64][]byte{}
+	r.mu.logged = map[corruptSite]struct{}{}
+	if o.DiskDir != "" {
+		d, err := openDiskCache(o.DiskDir, o.DiskBytes, o.Logger)
+		if err != nil {
+			return nil, err
+		}
+		r.disk = d
+	}
+	return r, nil
+}
+
+var errClosed = errors.New("segment reader: closed")
+
+// Close releases the reader. The disk cache stays on disk for the next
+// NewReader.
+func (r *Reader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mu.closed = true
+	r.mu.mem = nil
+	r.mu.pending = nil
+	return nil
+}
+
+// AddPending makes a sealed segment that is still uploading readable from
+// memory. data is the Builder.Finish output and must not be modified.
+func (r *Reader) AddPending(segID uint64, data []byte) {
+	r.mu.Lock()
+	if !r.mu.closed {
+		r.mu.pending[segID] = data
+	}
+	r.mu.Unlock()
+}
+
+// RemovePending ends AddPending once the upload is durable.
+func (r *Reader) RemovePending(segID uint64) {
+	r.mu.Lock()
+	delete(r.mu.pending, segID)
+	r.mu.Unlock()
+}
+
+// Forget drops every cached frame of a deleted segment.
+func (r *Reader) Forget(segID uint64) {
+	r.mu.Lock()
+	if r.mu.mem != nil {
+		r.mu.mem.forget(segID)
+	}
+	delete(r.mu.pending, segID)
+	r.mu.Unlock()
+	if r.disk != nil {
+		r.disk.forget(segID)
+	}
+}
+
+// Stats returns the counters and cache sizes.
+func (r *Reader) Stats() ReaderStats {
+	s := ReaderStats{
+		MemHits:      r.memHits.Load(),
+		DiskHits:     r.diskHits.Load(),
+		PendingHits:  r.pendingHits.Load(),
+		Misses:       r.misses.Load(),
+		Gets:         r.gets.Load(),
+		BytesFetched: r.fetched.Load(),
+		Corrupt:      r.corrupt.Load(),
+		DiskCorrupt:  r.diskCorrupt.Load(),
+	}
+	r.mu.Lock()
+	if r.mu.mem != nil {
+		s.MemBytes, s.MemEntries = r.mu.mem.used, r.mu.mem.len()
+	}
+	r.mu.Unlock()
+	if r.disk != nil {
+		s.DiskBytes, s.DiskEntries = r.disk.stats()
+	}
+	return s
+}
+
+// ReadDirectory is ReadDirectory with the reader's store, keys and logger.
+func (r *Reader) ReadDirectory(ctx context.Context, segID uint64, size int64) (Footer, []DirEntry, error) {
+	return readDirectory(ctx, r.getRange, r.k, segID, size, r.log)
+}
+
+// reportCorrupt counts and logs (once per site) a corruption found in a
+// store object, and returns the error to hand out.
+func (r *Reader) reportCorrupt(p Pointer, reason string, cause error) error {
+	ce := &CorruptError{Key: Key(p.Segment), Offset: int64(p.Offset), Reason: reason, Err: cause}
+	r.corrupt.Add(1)
+	site := corruptSite{p.Segment, int64(p.Offset)}
+	r.mu.Lock()
+	_, seen := r.mu.logged[site]
+	if !seen {
+		if len(r.mu.logged) > 4096 {
+			clear(r.mu.logged)
+		}
+		r.mu.logged[site] = struct{}{}
+	}
+	r.mu.Unlock()
+	if !seen {
+		logCorrupt(r.log, ce)
+	}
+	return ce
+}
+
+func (r *Reader) checkPointer(p Pointer) error {
+	if err := p.Validate(); err != nil {
+		return &CorruptError{Key: Key(p.Segment), Offset: int64(p.Offset), Reason: "invalid extent pointer", Err: err}
+	}
+	return nil
+}
+
+// cached looks in the memory cache, pending segments and the disk cache.
+// It returns the plaintext (owned by the caller) or ok=false.
+func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return nil, false, errClosed
+	}
+	if r.mu.mem != nil {
+		if b, ok := r.mu.mem.get(p.Segment, p.Offset, id); ok {
+			out := append([]byte(nil), b...)
+			r.mu.Unlock()
+			r.memHits.Add(1)
+			return out, true, nil
+		}
+	}
+	pend, isPending := r.mu.pending[p.Segment]
+	r.mu.Unlock()
+	if isPending && p.End() <= uint64(len(pend)) {
+		out, err := DecodeFrame(r.k, id, pend[p.Offset:p.End()], int(p.PlainLen))
+		if err != nil {
+			return nil, false, &CorruptError{Key: Key(p.Segment), Offset: int64(p.Offset), Reason: "pending segment in memory", Err: err}
+		}
+		r.pendingHits.Add(1)
+		return out, true, nil
+	}
+	if r.disk != nil {
+		if f, ok := r.disk.get(p); ok {
+			out, err := DecodeFrame(r.k, id, f, int(p.PlainLen))
+			if err == nil {
+				r.diskHits.Add(1)
+				r.memPut(id, p, out)
+				return out, true, nil
+			}
+			// A damaged cache file (or a pointer for another id): drop it
+			// and fetch from the store, which has the last word.
+			r.diskCorrupt.Add(1)
+			r.disk.drop(p, err.Error())
+		}
+	}
+	return nil, false, nil
+}
+
+func (r *Reader) memPut(id FrameID, p Pointer, plain []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.mem != nil {
+		r.mu.mem.put(p.Segment, p.Offset, id, append([]byte(nil), plain...))
+	}
+}
+
+func (r *Reader) getRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	r.gets.Add(1)
+	b, err := r.store.GetRange(ctx, key, off, n)
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, off, n, err)
+	}
+	if int64(len(b)) != n {
+		return nil, fmt.Errorf("segment %s: get [%d,+%d) returned %d bytes", key, off, n, len(b))
+	}
+	r.fetched.Add(uint64(n))
+	return b, nil
+}
+
+// accept authenticates a frame fetched from the store, caches it, and
+// returns its plaintext.
+func (r *Reader) accept(id FrameID, p Pointer, frame []byte) ([]byte, error) {
+	out, err := DecodeFrame(r.k, id, frame, int(p.PlainLen))
+	if err != nil {
+		return nil, r.reportCorrupt(p, "", err)
+	}
+	r.misses.Add(1)
+	if r.disk != nil {
+		r.disk.put(p, frame)
+	}
+	r.memPut(id, p, out)
+	return out, nil
+}
+
+// Read returns the plaintext of the frame p points at, sealed for id.
+// len(result) == p.PlainLen; the caller owns the slice. Corruption is an
+// error wrapping ErrCorrupt that names the object; a missing object wraps
+// objstore.ErrNotFound.
+func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error) {
+	if err := r.checkPointer(p); err != nil {
+		return nil, err
+	}
+	if out, ok, err := r.cached(id, p); ok || err != nil {
+		return out, err
+	}
+	frame, err := r.getRange(ctx, Key(p.Segment), int64(p.Offset), int64(p.Length))
+	if err != nil {
+		return nil, err
+	}
+	return r.accept(id, p, frame)
+}
+
+// runGroups splits the indices of ps (sorted by offset, one segment) into
+// groups each fetched with one GET: a new group starts where the gap to
+// the previous wanted frame exceeds MaxRunGap.
+func runGroups(ps []Pointer, want []int) [][]int {
+	var groups [][]int
+	for _, i := range want {
+		if n := len(groups); n > 0 {
+			last := groups[n-1]
+			prevEnd := ps[last[len(last)-1]].End()
+			if uint64(ps[i].Offset)-prevEnd <= MaxRunGap {
+				groups[n-1] = append(last, i)
+				continue
+			}
+		}
+		groups = append(groups, []int{i})
+	}
+	return groups
+}
+
+func (r *Reader) checkRun(ps []Pointer) error {
+	for i, p := range ps {
+		if err := r.checkPointer(p); err != nil {
+			return err
+		}
+		if p.Segment != ps[0].Segment {
+			return fmt.Errorf("segment run: pointer %d is in segment %016x, not %016x", i, p.Segment, ps[0].Segment)
+		}
+		if i > 0 && uint64(p.Offset) < ps[i-1].End() {
+			return fmt.Errorf("segment %s run: pointer %d at %d is not after the previous frame ending at %d", Key(p.Segment), i, p.Offset, ps[i-1].End())
+		}
+	}
+	return nil
+}
+
+// fetchGroup GETs the span of one group and returns each frame's bytes.
+func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([][]byte, error) {
+	start, end := uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
+	buf, err := r.getRange(ctx, Key(ps[g[0]].Segment), int64(start), int64(end-start))
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(g))
+	for j, i := range g {
+		p := ps[i]
+		a := uint64(p.Offset) - start
+		out[j] = buf[a : a+uint64(p.Length) : a+uint64(p.Length)]
+	}
+	return out, nil
+}
+
+// ReadRun reads several frames of one segment, given in offset order.
+// Frames found in a cache are served from it; the rest are fetched with one
+// coalesced ranged GET (gaps up to MaxRunGap are read through; a larger gap
+// starts another GET). Results are in the order of ps.
+func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, error) {
+	if len(ids) != len(ps) {
+		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
+	}
+	if err := r.checkRun(ps); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(ps))
+	var want []int
+	for i := range ps {
+		b, ok, err := r.cached(ids[i], ps[i])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out[i] = b
+		} else {
+			want = append(want, i)
+		}
+	}
+	for _, g := range runGroups(ps, want) {
+		frames, err := r.fetchGroup(ctx, ps, g)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range g {
+			b, err := r.accept(ids[i], ps[i], frames[j])
+			if err != nil {
+				return nil, err
+			}
+			out[i] = b
+		}
+	}
+	return out, nil
+}
+
+// ReadEncoded returns the raw (still sealed) frames ps point at, for repack
+// to copy verbatim, with one coalesced ranged GET per run (as ReadRun). The
+// caches are neither consulted nor filled, and the frames are not
+// authenticated: use VerifyFrame (or ReadEncodedVerified) before trusting
+// them.
+func (r *Reader) ReadEncoded(ctx context.Context, ps []Pointer) ([][]byte, error) {
+	if err := r.checkRun(ps); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	closed := r.mu.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, errClosed
+	}
+	out := make([][]byte, len(ps))
+	all := make([]int, len(ps))
+	for i := range all {
+		all[i] = i
+	}
+	for _, g := range runGroups(ps, all) {
+		frames, err := r.fetchGroup(ctx, ps, g)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range g {
+			out[i] = frames[j]
+		}
+	}
+	return out, nil
+}
+
+// ReadEncodedVerified is ReadEncoded that also authenticates every frame
+// for its id (without decompressing), so repack never copies a damaged
+// frame. Failures wrap ErrCorrupt and are logged.
+func (r *Reader) ReadEncodedVerified(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, error) {
+	if len(ids) != len(ps) {
+		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
+	}
+	out, err := r.ReadEncoded(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	for i, f := range out {
+		if err := VerifyFrame(r.k, ids[i], f); err != nil {
+			return nil, r.reportCorrupt(ps[i], "", err)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,503 @@
+package segment
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+type fixture struct {
+	k      *keys.Keys
+	cs     *countingStore
+	segID  uint64
+	data   []byte
+	ids    []FrameID
+	plains [][]byte
+	ps     []Pointer
+}
+
+func newFixture(t *testing.T, n int) *fixture {
+	t.Helper()
+	k := testKeys(t)
+	const segID = 0x0000000200000017
+	data, ids, plains, ps := buildSegment(t, k, segID, CodecZstd, n)
+	cs := newCounting(objstore.NewMem())
+	if err := Upload(context.Background(), cs, segID, data); err != nil {
+		t.Fatal(err)
+	}
+	cs.reset()
+	return &fixture{k: k, cs: cs, segID: segID, data: data, ids: ids, plains: plains, ps: ps}
+}
+
+func (f *fixture) reader(t *testing.T, o ReaderOptions) *Reader {
+	t.Helper()
+	o.Store, o.Keys = f.cs, f.k
+	if o.Logger == nil {
+		o.Logger = discardLogger()
+	}
+	r, err := NewReader(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func (f *fixture) readAll(t *testing.T, r *Reader, idx ...int) {
+	t.Helper()
+	for _, i := range idx {
+		got, err := r.Read(context.Background(), f.ids[i], f.ps[i])
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		if !bytes.Equal(got, f.plains[i]) {
+			t.Fatalf("read %d: wrong data", i)
+		}
+	}
+}
+
+func TestReadDirectoryTwoGets(t *testing.T) {
+	f := newFixture(t, 12)
+	ctx := context.Background()
+	foot, ents, err := ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.cs.total(); got != 2 || f.cs.count("getrange") != 2 {
+		t.Fatalf("%d requests (%v), want exactly 2 ranged GETs", got, f.cs.counts)
+	}
+	if f.cs.ranges[0] != [2]int64{int64(len(f.data)) - FooterSize, FooterSize} {
+		t.Fatalf("first GET %v is not the footer", f.cs.ranges[0])
+	}
+	if f.cs.ranges[1] != [2]int64{int64(foot.DirOffset), int64(foot.DirLen)} {
+		t.Fatalf("second GET %v is not the directory", f.cs.ranges[1])
+	}
+	if len(ents) != 12 || ents[5].Pointer(f.segID) != f.ps[5] {
+		t.Fatalf("entries %v", ents)
+	}
+
+	// Wrong size: corrupt, naming the key, after one GET.
+	f.cs.reset()
+	_, _, err = ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data))-1)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Key(f.segID)) {
+		t.Fatalf("wrong size: %v", err)
+	}
+	// Another segment's id: the key differs, so NotFound.
+	_, _, err = ReadDirectory(ctx, f.cs, f.k, f.segID+1, int64(len(f.data)))
+	if !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	// Object copied under another id: footer names the wrong segment.
+	if _, err := f.cs.Put(ctx, Key(99), f.data, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = ReadDirectory(ctx, f.cs, f.k, 99, int64(len(f.data)))
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Key(99)) {
+		t.Fatalf("moved segment: %v", err)
+	}
+}
+
+func TestReaderReadAndMemoryCache(t *testing.T) {
+	f := newFixture(t, 10)
+	// Room for three 32 KiB frames.
+	limit := int64(3 * (ExtentSize + memEntryOverhead))
+	r := f.reader(t, ReaderOptions{MemoryBytes: limit})
+	f.readAll(t, r, 0, 1, 2)
+	if g := f.cs.count("getrange"); g != 3 {
+		t.Fatalf("%d GETs for 3 cold reads", g)
+	}
+	f.readAll(t, r, 0, 1, 2)
+	if g := f.cs.count("getrange"); g != 3 {
+		t.Fatalf("warm reads sent GETs: %d", g)
+	}
+	st := r.Stats()
+	if st.MemHits != 3 || st.Misses != 3 || st.BytesFetched != uint64(f.ps[0].Length+f.ps[1].Length+f.ps[2].Length) {
+		t.Fatalf("stats %+v", st)
+	}
+	f.readAll(t, r, 3, 4, 5, 6, 7, 8, 9)
+	st = r.Stats()
+	if st.MemBytes > limit || st.MemEntries > 3 {
+		t.Fatalf("memory cache over budget: %+v (limit %d)", st, limit)
+	}
+	before := f.cs.count("getrange")
+	f.readAll(t, r, 0) // evicted long ago
+	if f.cs.count("getrange") != before+1 {
+		t.Fatal("evicted frame served without a GET")
+	}
+	f.readAll(t, r, 9) // most recent: still cached
+	if f.cs.count("getrange") != before+1 {
+		t.Fatal("recent frame was evicted")
+	}
+	// The returned slice is the caller's.
+	got, _ := r.Read(context.Background(), f.ids[9], f.ps[9])
+	got[0] ^= 0xff
+	f.readAll(t, r, 9)
+}
+
+func TestReaderCacheRefusesOtherID(t *testing.T) {
+	f := newFixture(t, 2)
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir()})
+	f.readAll(t, r, 0)
+	other := f.ids[0]
+	other.Gen++
+	if _, err := r.Read(context.Background(), other, f.ps[0]); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("cached frame served for another id: %v", err)
+	}
+}
+
+func dirSize(t *testing.T, dir string) (int64, int) {
+	var n int64
+	var files int
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			info, _ := d.Info()
+			n += info.Size()
+			files++
+		}
+		return nil
+	})
+	return n, files
+}
+
+func TestDiskCacheBoundedAndSurvivesReopen(t *testing.T) {
+	f := newFixture(t, 10)
+	dir := t.TempDir()
+	limit := int64(4 * (ExtentSize + FrameOverhead))
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir, DiskBytes: limit})
+	f.readAll(t, r, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
+	st := r.Stats()
+	onDisk, files := dirSize(t, dir)
+	if st.DiskBytes > limit || onDisk > limit || files != st.DiskEntries || onDisk != st.DiskBytes {
+		t.Fatalf("disk cache over budget: stats %+v, %d bytes in %d files, limit %d", st, onDisk, files, limit)
+	}
+	if st.DiskEntries < 3 {
+		t.Fatalf("disk cache holds only %d entries", st.DiskEntries)
+	}
+	r.Close()
+
+	// Reopen: the most recent entries are served from disk with no GET.
+	f.cs.reset()
+	r2 := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir, DiskBytes: limit})
+	if st2 := r2.Stats(); st2.DiskEntries != st.DiskEntries || st2.DiskBytes != st.DiskBytes {
+		t.Fatalf("rebuilt index %+v, had %+v", st2, st)
+	}
+	f.readAll(t, r2, 9, 8)
+	if g := f.cs.total(); g != 0 {
+		t.Fatalf("reopened cache sent %d requests", g)
+	}
+	if r2.Stats().DiskHits != 2 {
+		t.Fatalf("stats %+v", r2.Stats())
+	}
+	r2.Close()
+
+	// Reopen with a smaller budget: trimmed at open.
+	r3 := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir, DiskBytes: limit / 2})
+	if st3 := r3.Stats(); st3.DiskBytes > limit/2 {
+		t.Fatalf("not trimmed at open: %+v", st3)
+	}
+	if onDisk, _ := dirSize(t, dir); onDisk > limit/2 {
+		t.Fatalf("%d bytes left on disk", onDisk)
+	}
+}
+
+func TestDiskCacheCorruptEntryRefetched(t *testing.T) {
+	f := newFixture(t, 4)
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	lg := slog.New(slog.NewTextHandler(&logs, nil))
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir, Logger: lg})
+	f.readAll(t, r, 0, 1, 2)
+	r.Close()
+
+	path := filepath.Join(dir, "17", cacheName(f.segID, f.ps[1].Offset, f.ps[1].Length))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x10
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Truncated entry: dropped at open.
+	path2 := filepath.Join(dir, "17", cacheName(f.segID, f.ps[2].Offset, f.ps[2].Length))
+	if err := os.Truncate(path2, 100); err != nil {
+		t.Fatal(err)
+	}
+	// An unknown file is left alone.
+	foreign := filepath.Join(dir, "17", "README")
+	os.WriteFile(foreign, []byte("x"), 0o600)
+
+	f.cs.reset()
+	r2 := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir, Logger: lg})
+	if st := r2.Stats(); st.DiskEntries != 2 {
+		t.Fatalf("after open: %+v", st)
+	}
+	f.readAll(t, r2, 0, 1, 2)
+	st := r2.Stats()
+	if st.DiskHits != 1 || st.Misses != 2 || st.DiskCorrupt != 1 || st.Corrupt != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if g := f.cs.count("getrange"); g != 2 {
+		t.Fatalf("%d GETs, want 2 refetches", g)
+	}
+	// Both entries were rewritten and now hit.
+	f.readAll(t, r2, 1, 2)
+	if g := f.cs.count("getrange"); g != 2 || r2.Stats().DiskHits != 3 {
+		t.Fatalf("rewritten entries missed: %d GETs, %+v", g, r2.Stats())
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Fatal("unknown file was removed")
+	}
+	if !strings.Contains(logs.String(), "damaged") {
+		t.Fatalf("no warning logged: %s", logs.String())
+	}
+}
+
+func TestReaderStoreCorruption(t *testing.T) {
+	f := newFixture(t, 4)
+	ctx := context.Background()
+	bad := bytes.Clone(f.data)
+	bad[f.ps[2].Offset+30] ^= 1
+	if _, err := f.cs.Put(ctx, Key(f.segID), bad, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	dir := t.TempDir()
+	r := f.reader(t, ReaderOptions{DiskDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 3 {
+		out, err := r.Read(ctx, f.ids[2], f.ps[2])
+		if !errors.Is(err, ErrCorrupt) || out != nil {
+			t.Fatalf("corrupt frame: %v", err)
+		}
+		if !strings.Contains(err.Error(), Key(f.segID)) {
+			t.Fatalf("error does not name the object: %v", err)
+		}
+		var ce *CorruptError
+		if !errors.As(err, &ce) || ce.Key != Key(f.segID) || ce.Offset != int64(f.ps[2].Offset) {
+			t.Fatalf("not a CorruptError: %#v", err)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), Key(f.segID)) {
+		t.Fatalf("want one error log naming the object, got %d:\n%s", n, logs.String())
+	}
+	if st := r.Stats(); st.Corrupt != 3 || st.DiskEntries != 0 {
+		t.Fatalf("stats %+v (a corrupt frame must not be cached)", st)
+	}
+	// Its neighbours are fine, alone and in a run.
+	f.readAll(t, r, 1, 3)
+	if _, err := r.ReadRun(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("run over corrupt frame: %v", err)
+	}
+	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("verified encoded read: %v", err)
+	}
+	// Invalid pointer: clean error.
+	if _, err := r.Read(ctx, f.ids[0], Pointer{Segment: f.segID, Length: 3}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("invalid pointer: %v", err)
+	}
+	// Missing object.
+	p := f.ps[0]
+	p.Segment++
+	if _, err := r.Read(ctx, f.ids[0], p); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), Key(p.Segment)) {
+		t.Fatalf("missing object: %v", err)
+	}
+}
+
+func TestReadRunCoalesces(t *testing.T) {
+	f := newFixture(t, 10)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir()})
+	out, err := r.ReadRun(ctx, f.ids, f.ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		if !bytes.Equal(out[i], f.plains[i]) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	if g := f.cs.total(); g != 1 {
+		t.Fatalf("%d requests for a run, want 1", g)
+	}
+	if f.cs.ranges[0] != [2]int64{0, int64(f.ps[9].End())} {
+		t.Fatalf("range %v", f.ranges0())
+	}
+	// Now everything is cached: no requests.
+	f.cs.reset()
+	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil || f.cs.total() != 0 {
+		t.Fatalf("warm run: %v, %d requests", err, f.cs.total())
+	}
+
+	// Sparse run with small gaps: still one GET, reading through the gaps.
+	r2 := f.reader(t, ReaderOptions{MemoryBytes: -1})
+	f.cs.reset()
+	sel := []int{1, 2, 4, 6, 7}
+	var ids []FrameID
+	var ps []Pointer
+	for _, i := range sel {
+		ids, ps = append(ids, f.ids[i]), append(ps, f.ps[i])
+	}
+	out, err = r2.ReadRun(ctx, ids, ps)
+	if err != nil || f.cs.total() != 1 {
+		t.Fatalf("sparse run: %v, %d requests", err, f.cs.total())
+	}
+	for j, i := range sel {
+		if !bytes.Equal(out[j], f.plains[i]) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	// A gap above MaxRunGap splits the GET.
+	f.cs.reset()
+	if _, err := r2.ReadRun(ctx, []FrameID{f.ids[0], f.ids[9]}, []Pointer{f.ps[0], f.ps[9]}); err != nil || f.cs.total() != 2 {
+		t.Fatalf("split run: %v, %d requests", err, f.cs.total())
+	}
+	// Out-of-order and cross-segment runs are refused.
+	if _, err := r2.ReadRun(ctx, []FrameID{f.ids[1], f.ids[0]}, []Pointer{f.ps[1], f.ps[0]}); err == nil {
+		t.Fatal("unordered run accepted")
+	}
+	q := f.ps[1]
+	q.Segment++
+	if _, err := r2.ReadRun(ctx, f.ids[:2], []Pointer{f.ps[0], q}); err == nil {
+		t.Fatal("cross-segment run accepted")
+	}
+	if _, err := r2.ReadRun(ctx, f.ids[:1], f.ps[:2]); err == nil {
+		t.Fatal("length mismatch accepted")
+	}
+}
+
+func (f *fixture) ranges0() [2]int64 { return f.cs.ranges[0] }
+
+func TestReadEncoded(t *testing.T) {
+	f := newFixture(t, 6)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir()})
+	out, err := r.ReadEncoded(ctx, f.ps)
+	if err != nil || f.cs.total() != 1 {
+		t.Fatalf("%v, %d requests", err, f.cs.total())
+	}
+	for i, p := range f.ps {
+		if !bytes.Equal(out[i], f.data[p.Offset:p.End()]) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	if st := r.Stats(); st.DiskEntries != 0 || st.MemEntries != 0 {
+		t.Fatalf("repack reads filled the caches: %+v", st)
+	}
+	// Copy into a new segment: the frames open there.
+	b := NewBuilder(f.k, 77, CodecZstd)
+	for i := range out {
+		b.AddEncoded(f.ids[i], out[i], f.ps[i].PlainLen)
+	}
+	if err := Upload(ctx, f.cs, 77, b.Finish()); err != nil {
+		t.Fatal(err)
+	}
+	_, ents, err := r.ReadDirectory(ctx, 77, int64(len(b.Finish())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range ents {
+		got, err := r.Read(ctx, e.ID(), e.Pointer(77))
+		if err != nil || !bytes.Equal(got, f.plains[i]) {
+			t.Fatalf("repacked frame %d: %v", i, err)
+		}
+	}
+	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReaderForgetAndPending(t *testing.T) {
+	f := newFixture(t, 3)
+	ctx := context.Background()
+	dir := t.TempDir()
+	r := f.reader(t, ReaderOptions{DiskDir: dir})
+	f.readAll(t, r, 0, 1, 2)
+	r.Forget(f.segID)
+	st := r.Stats()
+	if st.MemEntries != 0 || st.DiskEntries != 0 {
+		t.Fatalf("after Forget: %+v", st)
+	}
+	if _, files := dirSize(t, dir); files != 0 {
+		t.Fatalf("%d cache files left", files)
+	}
+
+	// A sealed segment still uploading serves reads from memory.
+	const pend = 0x42
+	data, ids, plains, ps := buildSegment(t, f.k, pend, CodecLZ4, 2)
+	r.AddPending(pend, data)
+	f.cs.reset()
+	got, err := r.Read(ctx, ids[1], ps[1])
+	if err != nil || !bytes.Equal(got, plains[1]) || f.cs.total() != 0 {
+		t.Fatalf("pending read: %v, %d requests", err, f.cs.total())
+	}
+	r.RemovePending(pend)
+	if _, err := r.Read(ctx, ids[1], ps[1]); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("after RemovePending: %v", err)
+	}
+	r.Close()
+	if _, err := r.Read(ctx, ids[1], ps[1]); err == nil {
+		t.Fatal("read after Close succeeded")
+	}
+}
+
+func TestUploadIdempotent(t *testing.T) {
+	k := testKeys(t)
+	ctx := context.Background()
+	mem := objstore.NewMem()
+	data, _, _, _ := buildSegment(t, k, 5, CodecLZ4, 2)
+	if err := Upload(ctx, mem, 5, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := Upload(ctx, mem, 5, data); err != nil {
+		t.Fatalf("retry of the same upload: %v", err)
+	}
+	other, _, _, _ := buildSegment(t, k, 5, CodecLZ4, 2)
+	if err := Upload(ctx, mem, 5, other); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("different object under the same id: %v", err)
+	}
+	got, _ := mem.Get(ctx, Key(5))
+	if !bytes.Equal(got, data) {
+		t.Fatal("object replaced")
+	}
+}
+
+func TestReaderConcurrent(t *testing.T) {
+	f := newFixture(t, 8)
+	r := f.reader(t, ReaderOptions{MemoryBytes: 4 * (ExtentSize + memEntryOverhead), DiskDir: t.TempDir(), DiskBytes: 5 * ExtentSize})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range 50 {
+				i := (g + n*3) % len(f.ps)
+				got, err := r.Read(context.Background(), f.ids[i], f.ps[i])
+				if err == nil && !bytes.Equal(got, f.plains[i]) {
+					err = errors.New("wrong data")
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n%10 == 0 {
+					r.Forget(f.segID)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
