@@ -1,0 +1,260 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"syscall"
+
+	ebbfs "ebbfs.dev/ebbfs/fs"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// handle is one open file description. go-fuse maps the kernel's file
+// handle numbers to these, so concurrent opens of one inode each get their
+// own; the engine only counts them (Open/Release), which lets it keep an
+// unlinked file's data until the last close.
+type handle struct {
+	flags uint32 // open(2) flags as the kernel sent them
+}
+
+// open registers a new open of ino with the engine.
+func (n *Node) open(ctx context.Context, flags uint32) (*handle, syscall.Errno) {
+	if err := n.fsys.e.Open(ctx, n.ino()); err != nil {
+		return nil, n.fsys.toErrno(err, "open", n.ino())
+	}
+	return &handle{flags: flags}, 0
+}
+
+func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	h, errno := n.open(ctx, flags)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	// Without atomic_o_trunc the kernel truncates with a separate SETATTR
+	// and strips O_TRUNC; honour it anyway should it arrive.
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		if _, err := n.fsys.e.SetAttr(ctx, n.ino(), ebbfs.SetAttr{Valid: ebbfs.SetSize}); err != nil {
+			n.release()
+			return nil, 0, n.fsys.toErrno(err, "open", n.ino())
+		}
+	}
+	return h, 0, 0
+}
+
+func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	mode = ebbfs.ModeRegular | mode&0o7777
+	uid, gid, mode, errno := n.owner(ctx, mode)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	a, err := n.fsys.e.Create(ctx, n.ino(), name, mode, uid, gid)
+	if err != nil {
+		return nil, nil, 0, n.fsys.toErrno(err, "create", n.ino())
+	}
+	ch := n.newNode(ctx, a, out)
+	child, ok := ch.Operations().(*Node)
+	if !ok {
+		return nil, nil, 0, syscall.EIO
+	}
+	h, errno := child.open(ctx, flags)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return ch, h, 0, 0
+}
+
+// release ends one open of n. It runs even when the request was
+// interrupted: a lost release would keep an unlinked file alive forever.
+func (n *Node) release() syscall.Errno {
+	err := n.fsys.e.Release(context.Background(), n.ino())
+	return n.fsys.toErrno(err, "release", n.ino())
+}
+
+func (n *Node) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	if _, ok := f.(*handle); !ok {
+		return 0
+	}
+	return n.release()
+}
+
+func (n *Node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off < 0 {
+		return nil, syscall.EINVAL
+	}
+	nr, err := n.fsys.e.Read(ctx, n.ino(), dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, n.fsys.toErrno(err, "read", n.ino())
+	}
+	if nr < 0 || nr > len(dest) {
+		return nil, n.fsys.toErrno(errors.New("engine read returned a bad count"), "read", n.ino())
+	}
+	return fuse.ReadResultData(dest[:nr]), 0
+}
+
+// Write writes at the offset the kernel chose. For O_APPEND handles that is
+// the kernel's file size, taken under its inode lock, which our replies keep
+// current. Recomputing it here would be wrong: the kernel also writes back
+// shared mmap pages through any writable handle, possibly an O_APPEND one,
+// and go-fuse's node API does not say which writes those are.
+func (n *Node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	if uint64(off)+uint64(len(data)) > ebbfs.MaxFileSize {
+		return 0, syscall.EFBIG
+	}
+	if uid, _ := caller(ctx); uid != 0 && hasPrivs(n.mode.Load()) {
+		if errno := n.dropPrivs(ctx); errno != 0 {
+			return 0, errno
+		}
+	}
+	nw, err := n.fsys.e.Write(ctx, n.ino(), data, off)
+	if nw < 0 || nw > len(data) {
+		return 0, n.fsys.toErrno(errors.New("engine write returned a bad count"), "write", n.ino())
+	}
+	if err != nil && nw == 0 {
+		return 0, n.fsys.toErrno(err, "write", n.ino())
+	}
+	return uint32(nw), 0
+}
+
+// dropPrivs clears set-user-ID (and set-group-ID with group-execute) before
+// a write by a caller without CAP_FSETID, as Linux does. The kernel usually
+// does this with its own SETATTR first; this covers the paths where it does
+// not (direct I/O).
+func (n *Node) dropPrivs(ctx context.Context) syscall.Errno {
+	n.wmu.Lock()
+	defer n.wmu.Unlock()
+	a, err := n.fsys.e.GetAttr(ctx, n.ino())
+	if err != nil {
+		return n.fsys.toErrno(err, "write", n.ino())
+	}
+	n.mode.Store(a.Mode)
+	if !hasPrivs(a.Mode) {
+		return 0
+	}
+	a, err = n.fsys.e.SetAttr(ctx, n.ino(), ebbfs.SetAttr{Valid: ebbfs.SetMode, Mode: killPrivs(a.Mode & 0o7777)})
+	if err != nil {
+		return n.fsys.toErrno(err, "write", n.ino())
+	}
+	n.mode.Store(a.Mode)
+	return 0
+}
+
+// Flush (close(2)) has nothing to do: writes are already in the engine,
+// and durability is fsync's job.
+func (n *Node) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno { return 0 }
+
+// Fsync (and fsyncdir) runs the engine's durability barrier, which makes
+// everything written so far durable, this file included.
+func (n *Node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	return n.fsys.toErrno(n.fsys.e.Barrier(ctx), "fsync", n.ino())
+}
+
+func (n *Node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
+	if off > math.MaxInt64 || size > math.MaxInt64 || size == 0 {
+		return syscall.EINVAL
+	}
+	if off+size > ebbfs.MaxFileSize {
+		return syscall.EFBIG
+	}
+	var err error
+	switch mode {
+	case 0:
+		err = n.fsys.e.Allocate(ctx, n.ino(), int64(off), int64(size), false)
+	case unix.FALLOC_FL_KEEP_SIZE:
+		err = n.fsys.e.Allocate(ctx, n.ino(), int64(off), int64(size), true)
+	case unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
+		err = n.fsys.e.Punch(ctx, n.ino(), int64(off), int64(size))
+	default:
+		return syscall.EOPNOTSUPP
+	}
+	return n.fsys.toErrno(err, "fallocate", n.ino())
+}
+
+// Lseek only sees SEEK_DATA and SEEK_HOLE; the kernel handles the rest.
+func (n *Node) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if off > math.MaxInt64 {
+		return 0, syscall.ENXIO
+	}
+	var pos int64
+	var err error
+	switch whence {
+	case unix.SEEK_DATA:
+		pos, err = n.fsys.e.SeekData(ctx, n.ino(), int64(off))
+	case unix.SEEK_HOLE:
+		pos, err = n.fsys.e.SeekHole(ctx, n.ino(), int64(off))
+	default:
+		return 0, syscall.EINVAL
+	}
+	if err != nil {
+		return 0, n.fsys.toErrno(err, "lseek", n.ino())
+	}
+	if pos < 0 {
+		return 0, syscall.ENXIO
+	}
+	return uint64(pos), 0
+}
+
+// copyChunk is how much CopyFileRange moves per engine call.
+const copyChunk = 1 << 20
+
+// CopyFileRange copies within the engine, saving two trips through the
+// kernel per chunk. It stops early at end of file, like read(2).
+func (n *Node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode, fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	dst, ok := out.Operations().(*Node)
+	if !ok {
+		return 0, syscall.EXDEV
+	}
+	if flags != 0 {
+		return 0, syscall.EINVAL
+	}
+	if offIn > math.MaxInt64 || offOut > math.MaxInt64 {
+		return 0, syscall.EINVAL
+	}
+	// The reply carries a 32-bit count.
+	if length > math.MaxUint32&^(copyChunk-1) {
+		length = math.MaxUint32 &^ (copyChunk - 1)
+	}
+	if offOut+length > ebbfs.MaxFileSize {
+		return 0, syscall.EFBIG
+	}
+	if uid, _ := caller(ctx); uid != 0 && hasPrivs(dst.mode.Load()) {
+		if errno := dst.dropPrivs(ctx); errno != 0 {
+			return 0, errno
+		}
+	}
+	buf := make([]byte, min(length, copyChunk))
+	var done uint64
+	for done < length {
+		want := min(length-done, uint64(len(buf)))
+		nr, err := n.fsys.e.Read(ctx, n.ino(), buf[:want], int64(offIn+done))
+		if err != nil && !errors.Is(err, io.EOF) {
+			if done > 0 {
+				break
+			}
+			return 0, n.fsys.toErrno(err, "copy_file_range", n.ino())
+		}
+		if nr <= 0 || nr > int(want) {
+			break
+		}
+		nw, err := n.fsys.e.Write(ctx, dst.ino(), buf[:nr], int64(offOut+done))
+		if nw > 0 && nw <= nr {
+			done += uint64(nw)
+		}
+		if err != nil {
+			if done > 0 {
+				break
+			}
+			return 0, n.fsys.toErrno(err, "copy_file_range", dst.ino())
+		}
+		if nw != nr || nr < int(want) {
+			break
+		}
+	}
+	return uint32(done), 0
+}

@@ -1,0 +1,122 @@
+package fuse
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"time"
+
+	ebbfs "ebbfs.dev/ebbfs/fs"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Name is the filesystem type suffix: /proc/mounts shows "fuse.ebbfs".
+const Name = "ebbfs"
+
+// Defaults for MountOptions.
+const (
+	DefaultTimeout = time.Second // entry and attribute cache timeout
+	maxWrite       = 1 << 20     // largest READ/WRITE request
+	maxReadAhead   = 1 << 20     // the kernel caps this at its own maximum
+)
+
+// MountOptions configure Mount. The zero value mounts for the calling user
+// only, without kernel permission checks; DefaultMountOptions gives the
+// documented defaults.
+type MountOptions struct {
+	// AllowOther lets users other than the mounting one use the mount
+	// (allow_other). Needs root or user_allow_other in /etc/fuse.conf.
+	AllowOther bool
+	// DefaultPermissions makes the kernel check permissions from the mode,
+	// owner and group of each inode (default_permissions). ebbfs does no
+	// permission checks of its own, so without it every user who can reach
+	// the mount can do anything.
+	DefaultPermissions bool
+	// FsName is the source shown in /proc/mounts and df (default "ebbfs").
+	FsName string
+	// Debug logs every FUSE request and reply at debug level.
+	Debug bool
+	// EntryTimeout and AttrTimeout are how long the kernel may cache names
+	// and attributes (default DefaultTimeout each).
+	EntryTimeout time.Duration
+	AttrTimeout  time.Duration
+	// Logger receives errors mapped to EIO and, with Debug, the request
+	// trace (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// DefaultMountOptions returns the defaults of DESIGN section 11: started as
+// root, the mount behaves like a shared local filesystem (allow_other);
+// kernel permission checks are always on.
+func DefaultMountOptions() MountOptions {
+	return MountOptions{
+		AllowOther:         os.Geteuid() == 0,
+		DefaultPermissions: true,
+		FsName:             Name,
+		EntryTimeout:       DefaultTimeout,
+		AttrTimeout:        DefaultTimeout,
+	}
+}
+
+// Mount mounts e at mountpoint and serves it until the returned server is
+// unmounted (Server.Unmount, or umount(8) followed by Server.Wait). The
+// caller closes the engine after that. When the engine is read-only the
+// mount is too.
+func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, error) {
+	if e == nil {
+		return nil, errors.New("fuse: nil engine")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.FsName == "" {
+		o.FsName = Name
+	}
+	if o.EntryTimeout <= 0 {
+		o.EntryTimeout = DefaultTimeout
+	}
+	if o.AttrTimeout <= 0 {
+		o.AttrTimeout = DefaultTimeout
+	}
+	entry, attr := o.EntryTimeout, o.AttrTimeout
+
+	var opts []string
+	if o.DefaultPermissions {
+		opts = append(opts, "default_permissions")
+	}
+	if e.ReadOnly() {
+		opts = append(opts, "ro")
+	}
+	mo := fuse.MountOptions{
+		AllowOther:   o.AllowOther,
+		Options:      opts,
+		FsName:       o.FsName,
+		Name:         Name,
+		MaxWrite:     maxWrite,
+		MaxReadAhead: maxReadAhead,
+		Debug:        o.Debug,
+		// As root, mount(2) directly; fusermount3 is the fallback (and
+		// the only way for other users).
+		DirectMount: os.Geteuid() == 0,
+		// The writeback cache stays off: with it the kernel holds dirty
+		// pages and becomes the authority for size and mtime, which the
+		// engine (and the NBD server writing the same files) could then
+		// no longer keep consistent.
+	}
+	if o.Debug {
+		mo.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	}
+	f := &fsys{e: e, log: log}
+	root := &Node{fsys: f}
+	return fs.Mount(mountpoint, root, &fs.Options{
+		MountOptions:   mo,
+		EntryTimeout:   &entry,
+		AttrTimeout:    &attr,
+		RootStableAttr: &fs.StableAttr{Ino: ebbfs.RootIno},
+		// Modes are the engine's; a mode of 0 stays 0.
+		NullPermissions: true,
+		Logger:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	})
+}

@@ -1,0 +1,241 @@
+// Package fuse binds the ebbfs engine (package fs) to the kernel with
+// go-fuse's node API. It is deliberately thin: every FUSE operation becomes
+// one or a few engine calls, and engine errors become errno values in one
+// place (errno.go). Permission checks are left to the kernel
+// (default_permissions); the few POSIX rules the kernel leaves to a FUSE
+// server (set-group-ID inheritance on create, clearing set-user-ID on write
+// and chown) are applied here.
+package fuse
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	ebbfs "ebbfs.dev/ebbfs/fs"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// blockSize is reported as st_blksize. It stays at the page size: the kernel
+// derives the inode's block bits from it.
+const blockSize = 4096
+
+// fsys is the state shared by every node of one mount.
+type fsys struct {
+	e   *ebbfs.Engine
+	log *slog.Logger
+}
+
+// Node is one inode of the mounted filesystem. The inode number and type
+// live in the embedded fs.Inode's StableAttr; everything else is asked of
+// the engine.
+type Node struct {
+	fs.Inode
+
+	fsys *fsys
+
+	// mode is the last mode the engine reported for this inode (0 when not
+	// yet seen). It only serves as a hint that lets writes skip the
+	// set-user-ID check when the file cannot have such bits.
+	mode atomic.Uint32
+
+	// wmu serialises writes that must read the file's attributes first
+	// (O_APPEND writes and privilege clearing) against each other.
+	wmu sync.Mutex
+}
+
+func (n *Node) ino() uint64 { return n.StableAttr().Ino }
+
+// newNode builds the go-fuse inode for an engine inode and fills out with
+// its attributes. If the kernel already knows the inode (a hard link, or a
+// lookup racing another), go-fuse returns the existing one.
+func (n *Node) newNode(ctx context.Context, a ebbfs.Attr, out *fuse.EntryOut) *fs.Inode {
+	child := &Node{fsys: n.fsys}
+	child.mode.Store(a.Mode)
+	ch := n.NewInode(ctx, child, fs.StableAttr{
+		Mode: a.Mode & syscall.S_IFMT,
+		Ino:  a.Ino,
+		Gen:  a.Gen,
+	})
+	if existing, ok := ch.Operations().(*Node); ok && existing != child {
+		existing.mode.Store(a.Mode)
+	}
+	fillAttr(&out.Attr, a)
+	return ch
+}
+
+// noteAttr remembers the mode hint and converts a for the kernel.
+func (n *Node) noteAttr(out *fuse.Attr, a ebbfs.Attr) {
+	n.mode.Store(a.Mode)
+	fillAttr(out, a)
+}
+
+// fillAttr converts engine attributes to the kernel's form, faithfully: nlink,
+// blocks and all three times come from the engine unchanged.
+func fillAttr(out *fuse.Attr, a ebbfs.Attr) {
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid = a.Uid
+	out.Gid = a.Gid
+	out.Rdev = a.Rdev
+	out.Blksize = blockSize
+	out.Atime, out.Atimensec = splitNs(a.Atime)
+	out.Mtime, out.Mtimensec = splitNs(a.Mtime)
+	out.Ctime, out.Ctimensec = splitNs(a.Ctime)
+}
+
+// splitNs splits nanoseconds since the epoch into seconds (two's complement
+// for times before 1970, as the kernel reads them) and a non-negative
+// nanosecond part.
+func splitNs(ns int64) (uint64, uint32) {
+	sec := ns / 1e9
+	rem := ns % 1e9
+	if rem < 0 {
+		sec--
+		rem += 1e9
+	}
+	return uint64(sec), uint32(rem)
+}
+
+// joinNs is the inverse of splitNs for times coming from the kernel.
+func joinNs(sec uint64, nsec uint32) int64 {
+	return time.Unix(int64(sec), int64(nsec)).UnixNano()
+}
+
+// caller returns the uid and gid of the process that made the request. A
+// request without caller information is treated as coming from root, as the
+// kernel only omits it for its own requests.
+func caller(ctx context.Context) (uid, gid uint32) {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.e.Lookup(ctx, n.ino(), name)
+	if err != nil {
+		return nil, n.fsys.toErrno(err, "lookup", n.ino())
+	}
+	return n.newNode(ctx, a, out), 0
+}
+
+func (n *Node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, err := n.fsys.e.GetAttr(ctx, n.ino())
+	if err != nil {
+		return n.fsys.toErrno(err, "getattr", n.ino())
+	}
+	n.noteAttr(&out.Attr, a)
+	return 0
+}
+
+func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var sa ebbfs.SetAttr
+	if m, ok := in.GetMode(); ok {
+		sa.Valid |= ebbfs.SetMode
+		sa.Mode = m & 0o7777
+	}
+	if uid, ok := in.GetUID(); ok {
+		sa.Valid |= ebbfs.SetUid
+		sa.Uid = uid
+	}
+	if gid, ok := in.GetGID(); ok {
+		sa.Valid |= ebbfs.SetGid
+		sa.Gid = gid
+	}
+	if size, ok := in.GetSize(); ok {
+		if size > ebbfs.MaxFileSize {
+			return syscall.EFBIG
+		}
+		sa.Valid |= ebbfs.SetSize
+		sa.Size = size
+	}
+	if in.Valid&fuse.FATTR_ATIME_NOW != 0 {
+		sa.Valid |= ebbfs.SetAtimeNow
+	} else if in.Valid&fuse.FATTR_ATIME != 0 {
+		sa.Valid |= ebbfs.SetAtime
+		sa.Atime = joinNs(in.Atime, in.Atimensec)
+	}
+	if in.Valid&fuse.FATTR_MTIME_NOW != 0 {
+		sa.Valid |= ebbfs.SetMtimeNow
+	} else if in.Valid&fuse.FATTR_MTIME != 0 {
+		sa.Valid |= ebbfs.SetMtime
+		sa.Mtime = joinNs(in.Mtime, in.Mtimensec)
+	}
+	if in.Valid&fuse.FATTR_CTIME != 0 {
+		sa.Valid |= ebbfs.SetCtime
+	}
+
+	if sa.Valid&(ebbfs.SetUid|ebbfs.SetGid) != 0 && n.StableAttr().Mode != syscall.S_IFDIR {
+		// chown(2) on Linux drops set-user-ID from a non-directory, and
+		// set-group-ID when group-execute is set, whoever the caller is.
+		// The kernel usually folds this into the same request as a mode
+		// change; apply it here too so the rule holds either way.
+		mode := sa.Mode
+		if sa.Valid&ebbfs.SetMode == 0 {
+			cur, err := n.fsys.e.GetAttr(ctx, n.ino())
+			if err != nil {
+				return n.fsys.toErrno(err, "setattr", n.ino())
+			}
+			mode = cur.Mode & 0o7777
+		}
+		if killed := killPrivs(mode); killed != mode {
+			sa.Valid |= ebbfs.SetMode
+			sa.Mode = killed
+		}
+	}
+
+	if sa.Valid == 0 {
+		return n.Getattr(ctx, f, out)
+	}
+	a, err := n.fsys.e.SetAttr(ctx, n.ino(), sa)
+	if err != nil {
+		return n.fsys.toErrno(err, "setattr", n.ino())
+	}
+	n.noteAttr(&out.Attr, a)
+	return 0
+}
+
+// killPrivs returns mode without set-user-ID, and without set-group-ID when
+// group-execute is set (a set-group-ID bit without group-execute marks
+// mandatory locking and stays), as Linux does on write and chown.
+func killPrivs(mode uint32) uint32 {
+	mode &^= ebbfs.ModeSetuid
+	if mode&0o010 != 0 {
+		mode &^= ebbfs.ModeSetgid
+	}
+	return mode
+}
+
+// hasPrivs reports whether killPrivs would change mode.
+func hasPrivs(mode uint32) bool { return killPrivs(mode&0o7777) != mode&0o7777 }
+
+func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	st, err := n.fsys.e.StatFS(ctx)
+	if err != nil {
+		return n.fsys.toErrno(err, "statfs", n.ino())
+	}
+	bs := st.BlockSize
+	if bs == 0 {
+		bs = blockSize
+	}
+	out.Bsize = bs
+	out.Frsize = bs
+	out.Blocks = st.Blocks
+	out.Bfree = st.BlocksFree
+	out.Bavail = st.BlocksFree
+	out.Files = st.Files
+	out.Ffree = st.FilesFree
+	out.NameLen = st.NameLen
+	if out.NameLen == 0 {
+		out.NameLen = ebbfs.MaxNameLen
+	}
+	return 0
+}
