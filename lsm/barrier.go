@@ -1,0 +1,134 @@
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+const (
+	backoffMin = 50 * time.Millisecond
+	backoffMax = 5 * time.Second
+)
+
+// sleep waits d on the injected clock or until ctx ends.
+func (db *DB) sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-db.opts.Clock.After(d):
+		return nil
+	}
+}
+
+// retry runs op until it succeeds, returns a permanent error (isPermanent),
+// or ctx ends, backing off between transient failures.
+func (db *DB) retry(ctx context.Context, what string, op func() error, isPermanent func(error) bool) error {
+	backoff := backoffMin
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := op()
+		if err == nil || (isPermanent != nil && isPermanent(err)) {
+			return err
+		}
+		db.opts.Logger.Warn("lsm: store operation failed; retrying", "op", what, "err", err, "backoff", backoff)
+		if serr := db.sleep(ctx, backoff); serr != nil {
+			return fmt.Errorf("%s: %w (last error: %v)", what, serr, err)
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
+func notFoundOrPrecondition(err error) bool {
+	return objstore.IsNotFound(err) || objstore.IsPreconditionFailed(err)
+}
+
+// Barrier uploads every batch committed so far as one journal object and
+// returns once it is durable. Transient store errors are retried with
+// backoff until ctx ends; after an error the batches stay queued. A fenced
+// writer gets ErrFenced and never acknowledges.
+func (db *DB) Barrier(ctx context.Context) error {
+	if db.readOnly {
+		return ErrReadOnly
+	}
+	db.barrierMu.Lock()
+	defer db.barrierMu.Unlock()
+	return db.barrierLocked(ctx)
+}
+
+func (db *DB) barrierLocked(ctx context.Context) error {
+	db.mu.Lock()
+	if db.mu.fenced != nil {
+		err := db.mu.fenced
+		db.mu.Unlock()
+		return err
+	}
+	q := db.mu.queue[:len(db.mu.queue):len(db.mu.queue)]
+	seq := db.mu.nextSeq
+	db.mu.Unlock()
+	if len(q) == 0 {
+		return nil
+	}
+	key := journalKey(seq)
+	sealed := sealJournal(db.opts.Keys, Journal{Seq: seq, Epoch: db.epoch, Batches: q})
+	err := db.putJournal(ctx, seq, sealed)
+	if err != nil {
+		return err
+	}
+	failpoint.Hit("lsm.barrier.journal-written")
+
+	db.mu.Lock()
+	rest := make([][]byte, len(db.mu.queue)-len(q))
+	copy(rest, db.mu.queue[len(q):])
+	db.mu.queue = rest
+	db.mu.journalsSince++
+	db.mu.bytesSince += int64(len(sealed))
+	due := db.publishDueLocked()
+	db.mu.Unlock()
+	if err := db.setAppliedSeq(seq); err != nil {
+		db.opts.Logger.Warn("lsm: journal durable but local applied-seq update failed", "journal", key, "err", err)
+	}
+	if due {
+		select {
+		case db.pubNotify <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// putJournal creates journal object seq with put-if-absent. Losing the
+// race to another writer's object fences this writer; finding our own
+// bytes (an earlier attempt that succeeded unheard) is success.
+func (db *DB) putJournal(ctx context.Context, seq uint64, sealed []byte) error {
+	key := journalKey(seq)
+	s := db.opts.Store
+	err := db.retry(ctx, "put "+key, func() error {
+		_, err := s.Put(ctx, key, sealed, objstore.PutOptions{IfAbsent: true})
+		if !objstore.IsPreconditionFailed(err) {
+			return err
+		}
+		cur, gerr := s.Get(ctx, key)
+		if gerr != nil {
+			return gerr // transient (or vanished): try again
+		}
+		if bytes.Equal(cur, sealed) {
+			return nil
+		}
+		return err
+	}, objstore.IsPreconditionFailed)
+	if objstore.IsPreconditionFailed(err) {
+		db.fence(fmt.Sprintf("journal %s was written by another writer", key))
+		return db.Fenced()
+	}
+	if err != nil {
+		return fmt.Errorf("lsm: barrier: journal %s not written, batches stay queued: %w", key, err)
+	}
+	return nil
+}

@@ -1,0 +1,390 @@
+// Package lsm is the ebbfs metadata store: a local Pebble database holding
+// metadata only, shipped to the object store as encrypted journal objects
+// (one per durability barrier) and periodic manifests (a Pebble checkpoint),
+// so that a machine with only the bucket and the password recovers every
+// barrier'd batch. See docs/FORMAT-lsm.md for the byte formats.
+package lsm
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// ErrClosed is returned by operations on a closed DB.
+var ErrClosed = errors.New("lsm: database is closed")
+
+// DB is an open metadata store.
+type DB struct {
+	opts      Options
+	pdb       *pebble.DB
+	pebbleDir string
+	readOnly  bool
+	pinned    bool // OpenAt: a fixed manifest, never refreshed
+	epoch     uint64
+
+	// commitMu orders Commit (apply + enqueue); Publish holds it across the
+	// final barrier, flush and checkpoint (the publication barrier).
+	commitMu sync.Mutex
+	// barrierMu serialises journal uploads.
+	barrierMu sync.Mutex
+	// publishMu serialises Publish.
+	publishMu sync.Mutex
+	// closeMu guards pdb against use after Close: users of pdb hold it
+	// shared, Close holds it exclusively.
+	closeMu sync.RWMutex
+	closed  bool
+
+	leaseMu   sync.Mutex
+	lease     Lease
+	leaseETag string
+
+	mu struct {
+		sync.Mutex
+		queue          [][]byte // committed, not yet journaled batch reprs
+		nextSeq        uint64   // next journal sequence to create
+		appliedSeq     uint64   // highest journal sequence contained locally
+		fenced         error
+		latestManifest uint64
+		journalsSince  int
+		bytesSince     int64
+		lastPublish    time.Duration     // Clock.Mono of the last publication
+		shipped        map[string]string // local table file -> object key
+		uploading      map[string]bool   // objects being shipped right now
+	}
+
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
+	stopCh    chan struct{}
+	pubNotify chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Epoch is the writer epoch taken from the lease (0 for a read-only DB).
+func (db *DB) Epoch() uint64 { return db.epoch }
+
+// LatestManifest is the sequence of the newest manifest this DB knows of
+// (recovered from or published), 0 if none.
+func (db *DB) LatestManifest() uint64 {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.mu.latestManifest
+}
+
+// AppliedSeq is the highest journal sequence the local database contains.
+func (db *DB) AppliedSeq() uint64 {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.mu.appliedSeq
+}
+
+// Pending reports the number of committed batches not yet in a journal.
+func (db *DB) Pending() int {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return len(db.mu.queue)
+}
+
+func (db *DB) fence(reason string) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.mu.fenced == nil {
+		db.mu.fenced = fmt.Errorf("%w: %s", ErrFenced, reason)
+		db.opts.Logger.Error("lsm: writer fenced; refusing all further writes", "reason", reason, "epoch", db.epoch)
+	}
+}
+
+func (db *DB) isFenced() bool {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.mu.fenced != nil
+}
+
+// Fenced returns the fencing error, or nil while this writer is current.
+func (db *DB) Fenced() error {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.mu.fenced
+}
+
+// withPebble runs f with pdb guarded against Close.
+func (db *DB) withPebble(f func(p *pebble.DB) error) error {
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed {
+		return ErrClosed
+	}
+	return f(db.pdb)
+}
+
+// Get returns a copy of key's value.
+func (db *DB) Get(key []byte) (val []byte, ok bool, err error) {
+	err = db.withPebble(func(p *pebble.DB) error {
+		v, c, err := p.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		val, ok = bytes.Clone(v), true
+		if val == nil {
+			val = []byte{}
+		}
+		return c.Close()
+	})
+	return val, ok, err
+}
+
+// NewIter returns a Pebble iterator over [lower, upper) (nil = unbounded).
+// The caller must Close it before closing the DB.
+func (db *DB) NewIter(lower, upper []byte) (*pebble.Iterator, error) {
+	var it *pebble.Iterator
+	err := db.withPebble(func(p *pebble.DB) error {
+		var err error
+		it, err = p.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		return err
+	})
+	return it, err
+}
+
+// Batch collects mutations applied atomically by Commit. A batch is used
+// once: Commit or Close releases it.
+type Batch struct {
+	db *DB
+	pb *pebble.Batch
+}
+
+// NewBatch returns a write-only batch.
+func (db *DB) NewBatch() *Batch { return &Batch{db: db, pb: db.pdb.NewBatch()} }
+
+// NewIndexedBatch returns a batch that can also read its own writes over
+// the database (Get, NewIter).
+func (db *DB) NewIndexedBatch() *Batch { return &Batch{db: db, pb: db.pdb.NewIndexedBatch()} }
+
+var errBatchDone = errors.New("lsm: batch already committed or closed")
+
+// Set sets key to value.
+func (b *Batch) Set(key, value []byte) error {
+	if b.pb == nil {
+		return errBatchDone
+	}
+	return b.pb.Set(key, value, nil)
+}
+
+// Delete removes key.
+func (b *Batch) Delete(key []byte) error {
+	if b.pb == nil {
+		return errBatchDone
+	}
+	return b.pb.Delete(key, nil)
+}
+
+// DeleteRange removes every key in [start, end).
+func (b *Batch) DeleteRange(start, end []byte) error {
+	if b.pb == nil {
+		return errBatchDone
+	}
+	if bytes.Compare(start, end) >= 0 {
+		return fmt.Errorf("lsm: DeleteRange with empty range [%q, %q)", start, end)
+	}
+	return b.pb.DeleteRange(start, end, nil)
+}
+
+// Merge adds a counter delta (CounterDelta) to a key under PrefixCounter.
+func (b *Batch) Merge(key, delta []byte) error {
+	if b.pb == nil {
+		return errBatchDone
+	}
+	if err := checkCounterKey(key); err != nil {
+		return err
+	}
+	if _, _, _, err := DecodeCounter(delta); err != nil {
+		return err
+	}
+	return b.pb.Merge(key, delta, nil)
+}
+
+// AddCounter is Merge(key, CounterDelta(live, total, size)).
+func (b *Batch) AddCounter(key []byte, live, total, size int64) error {
+	return b.Merge(key, CounterDelta(live, total, size))
+}
+
+// Get reads key through an indexed batch (its own writes over the DB).
+func (b *Batch) Get(key []byte) ([]byte, bool, error) {
+	if b.pb == nil {
+		return nil, false, errBatchDone
+	}
+	var (
+		val []byte
+		ok  bool
+	)
+	err := b.db.withPebble(func(*pebble.DB) error {
+		v, c, err := b.pb.Get(key)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		val, ok = bytes.Clone(v), true
+		if val == nil {
+			val = []byte{}
+		}
+		return c.Close()
+	})
+	return val, ok, err
+}
+
+// NewIter iterates an indexed batch merged over the DB.
+func (b *Batch) NewIter(lower, upper []byte) (*pebble.Iterator, error) {
+	if b.pb == nil {
+		return nil, errBatchDone
+	}
+	var it *pebble.Iterator
+	err := b.db.withPebble(func(*pebble.DB) error {
+		var err error
+		it, err = b.pb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		return err
+	})
+	return it, err
+}
+
+// Empty reports whether the batch holds no mutations.
+func (b *Batch) Empty() bool { return b.pb == nil || b.pb.Empty() }
+
+// Count is the number of mutations in the batch.
+func (b *Batch) Count() uint32 {
+	if b.pb == nil {
+		return 0
+	}
+	return b.pb.Count()
+}
+
+// Len is the size of the batch representation in bytes.
+func (b *Batch) Len() int {
+	if b.pb == nil {
+		return 0
+	}
+	return b.pb.Len()
+}
+
+// Close discards an uncommitted batch. Closing twice is harmless.
+func (b *Batch) Close() error {
+	if b.pb == nil {
+		return nil
+	}
+	err := b.pb.Close()
+	b.pb = nil
+	return err
+}
+
+// Commit applies b locally (no fsync) and queues it for the next journal
+// object. It is visible to readers at once and durable after the next
+// successful Barrier. The batch is consumed either way.
+func (db *DB) Commit(b *Batch) error {
+	if b == nil || b.pb == nil {
+		return errBatchDone
+	}
+	defer b.Close()
+	if db.readOnly {
+		return ErrReadOnly
+	}
+	if b.db != db {
+		return errors.New("lsm: batch belongs to another DB")
+	}
+	db.commitMu.Lock()
+	defer db.commitMu.Unlock()
+	if err := db.Fenced(); err != nil {
+		return err
+	}
+	if b.pb.Empty() {
+		return nil
+	}
+	repr := bytes.Clone(b.pb.Repr())
+	err := db.withPebble(func(p *pebble.DB) error { return p.Apply(b.pb, pebble.NoSync) })
+	if err != nil {
+		return err
+	}
+	db.mu.Lock()
+	db.mu.queue = append(db.mu.queue, repr)
+	db.mu.Unlock()
+	return nil
+}
+
+// setAppliedSeq records seq in memory (so no later journal reuses it) and
+// locally under KeyAppliedSeq.
+func (db *DB) setAppliedSeq(seq uint64) error {
+	db.mu.Lock()
+	if seq > db.mu.appliedSeq {
+		db.mu.appliedSeq = seq
+	}
+	if seq >= db.mu.nextSeq {
+		db.mu.nextSeq = seq + 1
+	}
+	db.mu.Unlock()
+	return db.withPebble(func(p *pebble.DB) error { return p.Set(KeyAppliedSeq, encodeU64(seq), pebble.NoSync) })
+}
+
+// Close stops the heartbeat and the publisher, closes Pebble and, when
+// every committed batch is in a journal and the writer was not fenced,
+// writes the clean-shutdown marker and releases the lease. The final
+// Barrier is the caller's job: batches still queued are lost locally too
+// (the next Open recovers from the store).
+func (db *DB) Close() error {
+	db.closeOnce.Do(func() { db.closeErr = db.close() })
+	return db.closeErr
+}
+
+func (db *DB) close() error {
+	db.bgCancel()
+	close(db.stopCh)
+	db.wg.Wait()
+
+	db.commitMu.Lock()
+	db.closeMu.Lock()
+	db.closed = true
+	db.mu.Lock()
+	clean := db.mu.fenced == nil && len(db.mu.queue) == 0 && !db.pinned
+	m := marker{Format: 1, UUID: fmt.Sprintf("%x", db.opts.Keys.UUID), Applied: db.mu.appliedSeq, Epoch: db.epoch, Shipped: copyMap(db.mu.shipped)}
+	pending := len(db.mu.queue)
+	db.mu.Unlock()
+	err := db.pdb.Close()
+	db.closeMu.Unlock()
+	db.commitMu.Unlock()
+	if err != nil {
+		clean = false
+	}
+	if pending > 0 {
+		db.opts.Logger.Warn("lsm: closing with batches not in any journal; they are lost", "batches", pending)
+	}
+	if clean {
+		if werr := writeMarker(db.opts.Dir, m); werr != nil {
+			db.opts.Logger.Warn("lsm: cannot write clean-shutdown marker; next open recovers from the store", "err", werr)
+		}
+	}
+	if !db.readOnly && !db.isFenced() {
+		if lerr := db.renewLease(true); lerr != nil {
+			db.opts.Logger.Warn("lsm: cannot release writer.lease; the next writer waits for its expiry", "err", lerr)
+		}
+	}
+	return err
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func (db *DB) tmpDir() string { return filepath.Join(db.opts.Dir, "tmp") }

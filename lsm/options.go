@@ -1,0 +1,123 @@
+package lsm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// Defaults.
+const (
+	DefaultManifestEvery    = 64
+	DefaultManifestBytes    = 64 << 20
+	DefaultManifestInterval = 10 * time.Minute
+	DefaultLeaseTTL         = 20 * time.Second
+)
+
+// Options configure a DB. Zero values take the documented defaults.
+type Options struct {
+	// Dir is the local state directory (inside the cache dir). lsm owns it:
+	// Dir/pebble is the Pebble store, Dir/CLEAN the clean-shutdown marker,
+	// Dir/tmp holds checkpoints being shipped. It is wiped on a full
+	// recovery.
+	Dir    string
+	Store  objstore.Store
+	Keys   *keys.Keys // Meta AEAD encrypts journal, manifests, SSTs
+	Clock  clock.Clock
+	Logger *slog.Logger
+	// ReadOnly opens a replica: no lease, no writes.
+	ReadOnly bool
+	// Holder describes this writer in writer.lease (default "host:pid").
+	Holder string
+	// Host and PID identify this process for same-host liveness checks
+	// (default os.Hostname and os.Getpid; tests override them).
+	Host string
+	PID  int
+	// LeaseTTL is how stale a heartbeat must be before another host takes
+	// the lease over (default 20 s). Heartbeats run every LeaseTTL/3.
+	LeaseTTL time.Duration
+
+	// A manifest is published automatically after ManifestEvery journal
+	// objects (default 64), ManifestBytes journal bytes (default 64 MiB),
+	// or ManifestInterval (default 10 min) with anything new.
+	ManifestEvery    int
+	ManifestBytes    int64
+	ManifestInterval time.Duration
+	// DisableAutoPublish turns the background publisher off (tests, tools).
+	DisableAutoPublish bool
+
+	// Tune, if set, adjusts the Pebble options before Open (tests use it
+	// for tiny memtables). It must not change the Merger or Comparer.
+	Tune func(*pebble.Options)
+}
+
+// EnsureDefaults fills in zero fields.
+func (o *Options) EnsureDefaults() {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Host == "" {
+		o.Host, _ = os.Hostname()
+	}
+	if o.PID == 0 {
+		o.PID = os.Getpid()
+	}
+	if o.Holder == "" {
+		o.Holder = fmt.Sprintf("%s:%d", o.Host, o.PID)
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.ManifestEvery <= 0 {
+		o.ManifestEvery = DefaultManifestEvery
+	}
+	if o.ManifestBytes <= 0 {
+		o.ManifestBytes = DefaultManifestBytes
+	}
+	if o.ManifestInterval <= 0 {
+		o.ManifestInterval = DefaultManifestInterval
+	}
+}
+
+// Validate reports missing required fields.
+func (o *Options) Validate() error {
+	switch {
+	case o.Dir == "":
+		return errors.New("lsm: Options.Dir is required")
+	case o.Store == nil:
+		return errors.New("lsm: Options.Store is required")
+	case o.Keys == nil || o.Keys.Meta == nil:
+		return errNoKeys
+	}
+	return nil
+}
+
+// pebbleLogger routes Pebble's logging into slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf is Pebble's "cannot continue" (an internal invariant, never our
+// input); Pebble expects it not to return.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error("pebble fatal: " + msg)
+	panic("pebble: " + msg)
+}
