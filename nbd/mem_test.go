@@ -8,6 +8,11 @@ import (
 	"sync/atomic"
 )
 
+var (
+	_ Backend = (*memBackend)(nil)
+	_ Export  = (*memHandle)(nil)
+)
+
 // memBackend is an in-memory Backend that records what it was asked to do.
 type memBackend struct {
 	seq atomic.Int64 // orders recorded events

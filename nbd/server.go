@@ -115,18 +115,12 @@ func (s *Server) isClosed() bool {
 	return s.mu.closed
 }
 
-// startConn registers nc and serves it in a tracked goroutine.
+// startConn serves nc in a tracked goroutine.
 func (s *Server) startConn(nc net.Conn) {
-	c := s.newConn(nc)
-	s.mu.Lock()
-	if s.mu.closed {
-		s.mu.Unlock()
-		nc.Close()
+	c, ok := s.register(nc)
+	if !ok {
 		return
 	}
-	s.mu.conns[c] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		c.serve()
@@ -135,18 +129,28 @@ func (s *Server) startConn(nc net.Conn) {
 
 // serveConn serves one connection synchronously (tests and fuzzing).
 func (s *Server) serveConn(nc net.Conn) {
+	c, ok := s.register(nc)
+	if !ok {
+		return
+	}
+	defer s.wg.Done()
+	c.serve()
+}
+
+// register tracks a new connection; the caller calls s.wg.Done when it
+// ends. It closes nc and returns false if the server is closed.
+func (s *Server) register(nc net.Conn) (*conn, bool) {
 	c := s.newConn(nc)
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.mu.closed {
-		s.mu.Unlock()
+		c.cancel()
 		nc.Close()
-		return
+		return nil, false
 	}
 	s.mu.conns[c] = struct{}{}
 	s.wg.Add(1)
-	s.mu.Unlock()
-	defer s.wg.Done()
-	c.serve()
+	return c, true
 }
 
 func (s *Server) removeConn(c *conn) {
@@ -194,11 +198,15 @@ type conn struct {
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
+	remote := "?"
+	if a := nc.RemoteAddr(); a != nil {
+		remote = a.String()
+	}
 	return &conn{
 		s:        s,
 		nc:       nc,
 		br:       bufio.NewReaderSize(nc, 64<<10),
-		log:      s.log.With("remote", nc.RemoteAddr().String()),
+		log:      s.log.With("remote", remote),
 		ctx:      ctx,
 		cancel:   cancel,
 		readOnly: s.o.ReadOnly,
