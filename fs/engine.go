@@ -3,82 +3,412 @@ package fs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/lsm"
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // Engine is an open ebbfs filesystem. All methods are safe for concurrent use.
-// (Temporary stub bodies; the real engine replaces this file.)
-type Engine struct{ opts Options }
+//
+// Locking: ns serializes namespace changes and guards the table of loaded
+// inodes; each loaded inode has its own mutex for its attributes and dirty
+// data; ptrMu covers every read-modify-write of extent pointers, so a
+// repack repoint, the cleaner and a flush commit never debit a counter for
+// a pointer another of them just moved. Order: flushMu, ns, inode.mu, ptrMu.
+// Writes take only the inode's mutex, so work on other files goes on.
+type Engine struct {
+	opts  Options
+	log   *slog.Logger
+	clk   clock.Clock
+	db    *lsm.DB
+	rd    *segment.Reader
+	codec segment.Codec
 
-var errStub = errors.New("fs: engine not implemented yet")
+	ns struct {
+		sync.Mutex
+		nextIno uint64
+		inodes  map[uint64]*inode
+	}
+
+	flushMu    sync.Mutex // one flush (and barrier) at a time
+	ptrMu      sync.Mutex // every read-modify-write of extent pointers and counters
+	segSeq     atomic.Uint64
+	dirtyBytes atomic.Int64
+	dirtyWait  chan struct{} // closed and replaced whenever dirty bytes drop
+
+	kickFlush chan struct{} // buffered 1: dirty data passed the segment target
+	kickClean chan struct{} // buffered 1: a tombstone was written
+	closed    atomic.Bool
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	waitMu    sync.Mutex
+}
+
+// inode is a loaded inode: open, dirty, or in use by an operation.
+type inode struct {
+	ino    uint64
+	parent uint64 // directories: containing directory (guarded by Engine.ns)
+	refs   int    // operations in progress (guarded by Engine.ns)
+	open   int    // open handles (guarded by Engine.ns)
+
+	mu        sync.RWMutex
+	attr      Attr              // current attributes (size includes unflushed writes)
+	psize     uint64            // size safe to persist: covered by committed data
+	dirty     map[uint64][]byte // extent index -> ExtentSize plaintext not yet sealed
+	flushing  map[uint64]*flushEntry
+	attrDirty bool // attributes changed without a commit (atime, mtime of writes)
+	deleted   bool
+}
+
+type flushEntry struct {
+	data []byte
+}
 
 // Open opens (recovering if needed) the filesystem described by o.
-func Open(ctx context.Context, o Options) (*Engine, error) { return nil, errStub }
+func Open(ctx context.Context, o Options) (*Engine, error) {
+	if o.Store == nil || o.Keys == nil {
+		return nil, errors.New("fs: Options.Store and Options.Keys are required")
+	}
+	if o.CacheDir == "" {
+		return nil, errors.New("fs: Options.CacheDir is required")
+	}
+	if o.MemoryCacheBytes <= 0 {
+		o.MemoryCacheBytes = 256 << 20
+	}
+	if o.DiskCacheBytes <= 0 {
+		o.DiskCacheBytes = 10 << 30
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.SegmentTarget <= 0 {
+		o.SegmentTarget = 32 << 20
+	}
+	if o.DirtyLimit <= 0 {
+		o.DirtyLimit = 256 << 20
+	}
+	if o.DirtyLimit < 2*o.SegmentTarget {
+		o.DirtyLimit = 2 * o.SegmentTarget
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Holder == "" {
+		host, _ := os.Hostname()
+		o.Holder = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
+		return nil, fmt.Errorf("fs: cache dir: %w", err)
+	}
+	db, err := lsm.Open(ctx, lsm.Options{
+		Dir:      filepath.Join(o.CacheDir, "meta"),
+		Store:    o.Store,
+		Keys:     o.Keys,
+		Clock:    o.Clock,
+		Logger:   o.Logger,
+		ReadOnly: o.ReadOnly,
+		Holder:   o.Holder,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rd, err := segment.NewReader(segment.ReaderOptions{
+		Store:       o.Store,
+		Keys:        o.Keys,
+		MemoryBytes: o.MemoryCacheBytes,
+		DiskDir:     filepath.Join(o.CacheDir, "frames"),
+		DiskBytes:   o.DiskCacheBytes,
+		Logger:      o.Logger,
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	e := &Engine{
+		opts:      o,
+		log:       o.Logger,
+		clk:       o.Clock,
+		db:        db,
+		rd:        rd,
+		codec:     segment.CodecLZ4,
+		dirtyWait: make(chan struct{}),
+		kickFlush: make(chan struct{}, 1),
+		kickClean: make(chan struct{}, 1),
+	}
+	e.ns.inodes = map[uint64]*inode{}
+	if err := e.load(ctx); err != nil {
+		rd.Close()
+		db.Close()
+		return nil, err
+	}
+	bg, cancel := context.WithCancel(context.Background())
+	e.cancel = cancel
+	if !o.ReadOnly {
+		e.wg.Add(2)
+		go e.flusher(bg)
+		go e.cleaner(bg)
+	}
+	return e, nil
+}
+
+// load reads the engine's system records and, for a writer, creates the root
+// directory of a new filesystem and finishes deletions a crash interrupted.
+func (e *Engine) load(ctx context.Context) error {
+	v, ok, err := e.db.Get(schema.NextInoKey)
+	if err != nil {
+		return err
+	}
+	e.ns.nextIno = RootIno + 1
+	if ok {
+		if e.ns.nextIno, err = schema.ParseU64(v); err != nil {
+			return fmt.Errorf("fs: next inode record: %w", err)
+		}
+	}
+	_, ok, err = e.db.Get(schema.InodeKey(RootIno))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if e.opts.ReadOnly {
+			return errors.New("fs: the filesystem has no root directory yet (no writer has run)")
+		}
+		now := e.now()
+		root := schema.Inode{Mode: ModeDir | 0o755, Nlink: 2, Atime: now, Mtime: now, Ctime: now, Gen: 1, Parent: RootIno}
+		b := e.db.NewBatch()
+		b.Set(schema.InodeKey(RootIno), root.Marshal())
+		b.Set(schema.NextInoKey, schema.U64(e.ns.nextIno))
+		if err := e.db.Commit(b); err != nil {
+			return err
+		}
+	}
+	if e.opts.ReadOnly {
+		return nil
+	}
+	// Orphans left by a crash: nothing has them open any more.
+	var orphans []uint64
+	olo, ohi := schema.PrefixRange(schema.POrphan)
+	if err := e.scan(olo, ohi, func(k, _ []byte) error {
+		ino, err := schema.ParseU64Key(k, schema.POrphan)
+		if err == nil {
+			orphans = append(orphans, ino)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, ino := range orphans {
+		e.ns.Lock()
+		e.ptrMu.Lock()
+		b := e.db.NewBatch()
+		b.Delete(schema.OrphanKey(ino))
+		err := e.deleteInodeLocked(b, ino, nil)
+		if err == nil {
+			err = e.commit(b)
+		}
+		b.Close()
+		e.ptrMu.Unlock()
+		e.ns.Unlock()
+		if err != nil {
+			return fmt.Errorf("fs: finishing orphan %d: %w", ino, err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) now() int64 { return e.clk.Now().UnixNano() }
+
+// scan calls f for every key in [lower, upper).
+func (e *Engine) scan(lower, upper []byte, f func(k, v []byte) error) error {
+	it, err := e.db.NewIter(lower, upper)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := f(it.Key(), it.Value()); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}
+
+func (e *Engine) commit(b *lsm.Batch) error {
+	if err := e.db.Commit(b); err != nil {
+		if errors.Is(err, lsm.ErrFenced) {
+			return fmt.Errorf("%w: %v", ErrFenced, err)
+		}
+		return err
+	}
+	return nil
+}
 
 // Close runs a final barrier (writer) and releases everything.
-func (e *Engine) Close(ctx context.Context) error { return errStub }
+func (e *Engine) Close(ctx context.Context) error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	var err error
+	if !e.opts.ReadOnly {
+		err = e.Barrier(ctx)
+	}
+	e.cancel()
+	e.wg.Wait()
+	if cerr := e.rd.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := e.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // ReadOnly reports whether the engine refuses writes.
 func (e *Engine) ReadOnly() bool { return e.opts.ReadOnly }
 
-func (e *Engine) Lookup(ctx context.Context, parent uint64, name string) (Attr, error) {
-	return Attr{}, errStub
+// DB exposes the metadata store to the reclamation stages and fsck.
+func (e *Engine) DB() *lsm.DB { return e.db }
+
+// Reader exposes the segment reader to the reclamation stages.
+func (e *Engine) Reader() *segment.Reader { return e.rd }
+
+func (e *Engine) writable() error {
+	if e.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return nil
 }
-func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) { return Attr{}, errStub }
-func (e *Engine) SetAttr(ctx context.Context, ino uint64, in SetAttr) (Attr, error) {
-	return Attr{}, errStub
+
+// acquire loads ino (from Pebble if needed) and pins it until release.
+func (e *Engine) acquire(ino uint64) (*inode, error) {
+	e.ns.Lock()
+	defer e.ns.Unlock()
+	return e.acquireLocked(ino)
 }
-func (e *Engine) Create(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (Attr, error) {
-	return Attr{}, errStub
+
+func (e *Engine) acquireLocked(ino uint64) (*inode, error) {
+	if n := e.ns.inodes[ino]; n != nil {
+		if n.deleted {
+			return nil, ErrNotExist
+		}
+		n.refs++
+		return n, nil
+	}
+	v, ok, err := e.db.Get(schema.InodeKey(ino))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, ErrNotExist
+	}
+	rec, err := schema.UnmarshalInode(v)
+	if err != nil {
+		return nil, fmt.Errorf("fs: inode %d: %w", ino, err)
+	}
+	n := &inode{ino: ino, parent: rec.Parent, refs: 1, attr: attrOf(ino, rec), psize: rec.Size,
+		dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{}}
+	e.ns.inodes[ino] = n
+	return n, nil
 }
-func (e *Engine) Mknod(ctx context.Context, parent uint64, name string, mode, rdev, uid, gid uint32) (Attr, error) {
-	return Attr{}, errStub
+
+func (e *Engine) release(n *inode) {
+	e.ns.Lock()
+	defer e.ns.Unlock()
+	e.releaseLocked(n)
 }
-func (e *Engine) Mkdir(ctx context.Context, parent uint64, name string, mode, uid, gid uint32) (Attr, error) {
-	return Attr{}, errStub
+
+func (e *Engine) releaseLocked(n *inode) {
+	n.refs--
+	e.maybeEvictLocked(n)
 }
-func (e *Engine) Symlink(ctx context.Context, parent uint64, name, target string, uid, gid uint32) (Attr, error) {
-	return Attr{}, errStub
+
+func (e *Engine) maybeEvictLocked(n *inode) {
+	if n.refs > 0 || n.open > 0 {
+		return
+	}
+	n.mu.RLock()
+	idle := len(n.dirty) == 0 && len(n.flushing) == 0 && !n.attrDirty
+	n.mu.RUnlock()
+	if idle || n.deleted {
+		if e.ns.inodes[n.ino] == n {
+			delete(e.ns.inodes, n.ino)
+		}
+	}
 }
-func (e *Engine) Readlink(ctx context.Context, ino uint64) (string, error) { return "", errStub }
-func (e *Engine) Link(ctx context.Context, ino, newParent uint64, newName string) (Attr, error) {
-	return Attr{}, errStub
+
+func attrOf(ino uint64, r schema.Inode) Attr {
+	return Attr{Ino: ino, Mode: r.Mode, Uid: r.Uid, Gid: r.Gid, Nlink: r.Nlink, Rdev: r.Rdev,
+		Size: r.Size, Blocks: r.Blocks, Atime: r.Atime, Mtime: r.Mtime, Ctime: r.Ctime, Gen: r.Gen}
 }
-func (e *Engine) Unlink(ctx context.Context, parent uint64, name string) error { return errStub }
-func (e *Engine) Rmdir(ctx context.Context, parent uint64, name string) error  { return errStub }
-func (e *Engine) Rename(ctx context.Context, oldParent uint64, oldName string, newParent uint64, newName string, flags uint32) error {
-	return errStub
+
+// record is the persisted form of n: the size is the part backed by
+// committed data, so a crash never exposes a size whose bytes were lost.
+// Caller holds n.mu.
+func (n *inode) record(parent uint64) schema.Inode {
+	a := n.attr
+	return schema.Inode{Mode: a.Mode, Uid: a.Uid, Gid: a.Gid, Nlink: a.Nlink, Rdev: a.Rdev,
+		Size: n.psize, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime, Gen: a.Gen, Parent: parent}
 }
-func (e *Engine) ReadDir(ctx context.Context, ino uint64) ([]DirEntry, error) { return nil, errStub }
-func (e *Engine) Open(ctx context.Context, ino uint64) error                  { return errStub }
-func (e *Engine) Release(ctx context.Context, ino uint64) error               { return errStub }
-func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
-	return 0, errStub
+
+// getRecord reads the stored inode record.
+func (e *Engine) getRecord(ino uint64) (schema.Inode, error) {
+	v, ok, err := e.db.Get(schema.InodeKey(ino))
+	if err != nil {
+		return schema.Inode{}, err
+	}
+	if !ok {
+		return schema.Inode{}, ErrNotExist
+	}
+	r, err := schema.UnmarshalInode(v)
+	if err != nil {
+		return schema.Inode{}, fmt.Errorf("fs: inode %d: %w", ino, err)
+	}
+	return r, nil
 }
-func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
-	return 0, errStub
+
+// putInode writes n's record into b. Caller holds n.mu.
+func (e *Engine) putInode(b *lsm.Batch, n *inode) {
+	rec := n.record(n.parent)
+	b.Set(schema.InodeKey(n.ino), rec.Marshal())
 }
-func (e *Engine) Barrier(ctx context.Context) error { return errStub }
-func (e *Engine) Punch(ctx context.Context, ino uint64, off, length int64) error {
-	return errStub
+
+// GetAttr returns the attributes of ino.
+func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
+	e.ns.Lock()
+	n := e.ns.inodes[ino]
+	if n == nil {
+		e.ns.Unlock()
+		r, err := e.getRecord(ino)
+		if err != nil {
+			return Attr{}, err
+		}
+		return attrOf(ino, r), nil
+	}
+	n.refs++
+	e.ns.Unlock()
+	defer e.release(n)
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.attrNow(), nil
 }
-func (e *Engine) Allocate(ctx context.Context, ino uint64, off, length int64, keepSize bool) error {
-	return errStub
+
+// attrNow is the attribute view callers see. Caller holds n.mu.
+func (n *inode) attrNow() Attr {
+	a := n.attr
+	a.Blocks += uint64(len(n.dirty)) * (segment.ExtentSize / 512)
+	return a
 }
-func (e *Engine) SeekData(ctx context.Context, ino uint64, off int64) (int64, error) {
-	return 0, errStub
-}
-func (e *Engine) SeekHole(ctx context.Context, ino uint64, off int64) (int64, error) {
-	return 0, errStub
-}
-func (e *Engine) GetXattr(ctx context.Context, ino uint64, name string) ([]byte, error) {
-	return nil, errStub
-}
-func (e *Engine) SetXattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) error {
-	return errStub
-}
-func (e *Engine) ListXattr(ctx context.Context, ino uint64) ([]string, error) { return nil, errStub }
-func (e *Engine) RemoveXattr(ctx context.Context, ino uint64, name string) error {
-	return errStub
-}
-func (e *Engine) StatFS(ctx context.Context) (StatFS, error) { return StatFS{}, errStub }

@@ -127,6 +127,7 @@ var (
 	ErrNotSupported = errors.New("operation not supported")
 	ErrTooManyLinks = errors.New("too many links")
 	ErrNoData       = errors.New("no data past offset")
+	ErrPermission   = errors.New("operation not permitted")
 	ErrFenced       = errors.New("this writer was fenced by a newer writer")
 	ErrClosed       = errors.New("filesystem is closed")
 )

@@ -1,0 +1,181 @@
+package fs
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/lsm"
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+// InlineDeleteExtents is the largest file (in extents) whose pointers an
+// unlink deletes in its own transaction; larger files get a tombstone.
+const InlineDeleteExtents = 10
+
+// CleanerBatch is the most tombstones, and the most pointers, one cleaner
+// transaction handles.
+const CleanerBatch = 10000
+
+// CleanerIdle is how long the cleaner sleeps when there is nothing to do.
+const CleanerIdle = 10 * time.Second
+
+// deleteInodeLocked removes inode ino (last link gone, not open) in batch b:
+// a small file's pointers go now, a larger file's wait for the cleaner
+// under a tombstone. n is the loaded inode, if any. Caller holds e.ns and
+// e.ptrMu.
+func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
+	if n != nil {
+		n.mu.Lock()
+		n.deleted = true
+		freed := int64(len(n.dirty)) * extentSize
+		n.dirty = map[uint64][]byte{}
+		n.flushing = map[uint64]*flushEntry{}
+		n.attrDirty = false
+		n.mu.Unlock()
+		if freed > 0 {
+			e.dirtyDone(freed)
+		}
+	}
+	type ext struct {
+		key []byte
+		p   segment.Pointer
+	}
+	var exts []ext
+	lo, hi := schema.ExtentRange(ino, 0, 0)
+	err := e.scan(lo, hi, func(k, v []byte) error {
+		if len(exts) > InlineDeleteExtents {
+			return errStopScan
+		}
+		p, err := segment.UnmarshalPointer(v)
+		if err != nil {
+			return err
+		}
+		exts = append(exts, ext{append([]byte(nil), k...), p})
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return err
+	}
+	if len(exts) > InlineDeleteExtents {
+		b.Set(schema.TombstoneKey(ino), nil)
+		select {
+		case e.kickClean <- struct{}{}:
+		default:
+		}
+		if e.opts.Events != nil {
+			e.opts.Events.Tombstoned()
+		}
+	} else {
+		for _, x := range exts {
+			b.Delete(x.key)
+			b.Merge(schema.CounterKey(x.p.Segment), countDelta(-int64(x.p.Length), 0, 0))
+		}
+		if len(exts) > 0 {
+			defer e.deadBytes()
+		}
+	}
+	b.Delete(schema.InodeKey(ino))
+	b.Delete(schema.SymlinkKey(ino))
+	b.Delete(schema.OrphanKey(ino))
+	xlo, xhi := schema.XattrPrefix(ino)
+	return e.scan(xlo, xhi, func(k, _ []byte) error {
+		b.Delete(append([]byte(nil), k...))
+		return nil
+	})
+}
+
+// cleaner is stage 1 of reclamation: it removes the pointers of tombstoned
+// files, newest extent first, debiting counters in the same transaction.
+func (e *Engine) cleaner(ctx context.Context) {
+	defer e.wg.Done()
+	for {
+		n, err := e.CleanTombstones(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.log.Error("tombstone cleaner", "err", err)
+		}
+		if n > 0 && err == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kickClean:
+		case <-e.clk.After(CleanerIdle):
+		}
+	}
+}
+
+// CleanTombstones runs one cleaner transaction: up to CleanerBatch
+// tombstones and CleanerBatch pointers. It returns the pointers removed.
+func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
+	if e.opts.ReadOnly {
+		return 0, nil
+	}
+	var tombs []uint64
+	lo, hi := schema.PrefixRange(schema.PTombstone)
+	if err := e.scan(lo, hi, func(k, _ []byte) error {
+		if len(tombs) >= CleanerBatch {
+			return errStopScan
+		}
+		if ino, err := schema.ParseU64Key(k, schema.PTombstone); err == nil {
+			tombs = append(tombs, ino)
+		}
+		return nil
+	}); err != nil && !errors.Is(err, errStopScan) {
+		return 0, err
+	}
+	if len(tombs) == 0 {
+		return 0, nil
+	}
+	e.ptrMu.Lock()
+	defer e.ptrMu.Unlock()
+	b := e.db.NewBatch()
+	defer b.Close()
+	removed := 0
+	for _, ino := range tombs {
+		if removed >= CleanerBatch {
+			break
+		}
+		elo, ehi := schema.ExtentRange(ino, 0, 0)
+		it, err := e.db.NewIter(elo, ehi)
+		if err != nil {
+			return 0, err
+		}
+		empty := true
+		for ok := it.Last(); ok; ok = it.Prev() {
+			if removed >= CleanerBatch {
+				empty = false
+				break
+			}
+			p, err := segment.UnmarshalPointer(it.Value())
+			if err != nil {
+				it.Close()
+				return 0, err
+			}
+			b.Delete(append([]byte(nil), it.Key()...))
+			b.Merge(schema.CounterKey(p.Segment), countDelta(-int64(p.Length), 0, 0))
+			removed++
+			if removed%1000 == 0 {
+				failpoint.Hit("cleaner-mid-batch")
+			}
+		}
+		err = it.Error()
+		it.Close()
+		if err != nil {
+			return 0, err
+		}
+		if empty {
+			b.Delete(schema.TombstoneKey(ino))
+		}
+	}
+	if err := e.commit(b); err != nil {
+		return 0, err
+	}
+	if removed > 0 {
+		e.deadBytes()
+	}
+	return removed, nil
+}

@@ -1,0 +1,357 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/lsm"
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+func countDelta(live, total, size int64) []byte { return lsm.CounterDelta(live, total, size) }
+
+func (e *Engine) deadBytes() {
+	if e.opts.Events != nil {
+		e.opts.Events.DeadBytes()
+	}
+}
+
+// Barrier makes everything written before it durable: it seals and uploads
+// the dirty data, commits its pointers, and appends the metadata batches
+// since the last barrier to the journal. It succeeds only if all of that did.
+func (e *Engine) Barrier(ctx context.Context) error {
+	if e.opts.ReadOnly {
+		return nil
+	}
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	if err := e.flushLocked(ctx); err != nil {
+		return err
+	}
+	failpoint.Hit("barrier-before-journal")
+	if err := e.db.Barrier(ctx); err != nil {
+		if errors.Is(err, lsm.ErrFenced) {
+			return fmt.Errorf("%w: %v", ErrFenced, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// Seal uploads and commits the dirty data without a journal write.
+func (e *Engine) Seal(ctx context.Context) error {
+	if e.opts.ReadOnly {
+		return nil
+	}
+	e.flushMu.Lock()
+	defer e.flushMu.Unlock()
+	return e.flushLocked(ctx)
+}
+
+type flushItem struct {
+	n    *inode
+	idx  uint64
+	fe   *flushEntry
+	ptr  segment.Pointer
+	hole bool
+	snap uint64 // the inode's size when its dirty data was taken
+}
+
+// flushLocked moves every dirty extent into segments. Caller holds flushMu.
+func (e *Engine) flushLocked(ctx context.Context) error {
+	e.ns.Lock()
+	var loaded []*inode
+	for _, n := range e.ns.inodes {
+		n.refs++
+		loaded = append(loaded, n)
+	}
+	e.ns.Unlock()
+	defer func() {
+		e.ns.Lock()
+		for _, n := range loaded {
+			e.releaseLocked(n)
+		}
+		e.ns.Unlock()
+	}()
+	sort.Slice(loaded, func(i, j int) bool { return loaded[i].ino < loaded[j].ino })
+
+	var items []flushItem
+	var attrOnly []*inode
+	for _, n := range loaded {
+		n.mu.Lock()
+		if len(n.dirty) == 0 {
+			if n.attrDirty && !n.deleted {
+				attrOnly = append(attrOnly, n)
+			}
+			n.mu.Unlock()
+			continue
+		}
+		start := len(items)
+		for idx, buf := range n.dirty {
+			fe := &flushEntry{data: buf}
+			n.flushing[idx] = fe
+			items = append(items, flushItem{n: n, idx: idx, fe: fe, snap: n.attr.Size})
+		}
+		n.dirty = map[uint64][]byte{}
+		n.mu.Unlock()
+		part := items[start:]
+		sort.Slice(part, func(i, j int) bool { return part[i].idx < part[j].idx })
+	}
+	if len(items) > 0 {
+		dirty := int64(len(items)) * extentSize
+		err := e.writeSegments(ctx, items)
+		e.dirtyDone(dirty)
+		if err != nil {
+			e.requeue(items)
+			return err
+		}
+	}
+	if len(attrOnly) > 0 {
+		b := e.db.NewBatch()
+		defer b.Close()
+		for _, n := range attrOnly {
+			n.mu.Lock()
+			if !n.deleted {
+				if len(n.flushing) == 0 && len(n.dirty) == 0 {
+					n.psize = n.attr.Size
+				}
+				e.putInode(b, n)
+				n.attrDirty = false
+			}
+			n.mu.Unlock()
+		}
+		if err := e.commit(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requeue puts the data of a failed flush back into the dirty maps unless
+// something newer replaced it.
+func (e *Engine) requeue(items []flushItem) {
+	var back int64
+	for _, it := range items {
+		n := it.n
+		n.mu.Lock()
+		if n.flushing[it.idx] == it.fe {
+			delete(n.flushing, it.idx)
+			if n.dirty[it.idx] == nil && !n.deleted {
+				n.dirty[it.idx] = it.fe.data
+				back += extentSize
+			}
+		}
+		n.mu.Unlock()
+	}
+	e.dirtyBytes.Add(back)
+}
+
+func allZero(b []byte) bool {
+	return len(bytes.TrimRight(b, "\x00")) == 0
+}
+
+func (e *Engine) newSegID() uint64 {
+	return e.db.Epoch()<<32 | e.segSeq.Add(1)
+}
+
+// writeSegments encodes items into segments of about SegmentTarget bytes,
+// uploads each, and only then commits its pointers.
+func (e *Engine) writeSegments(ctx context.Context, items []flushItem) error {
+	for len(items) > 0 {
+		segID := e.newSegID()
+		b := segment.NewBuilder(e.opts.Keys, segID, e.codec)
+		used := 0
+		for used < len(items) && int64(b.Size()) < e.opts.SegmentTarget {
+			it := &items[used]
+			used++
+			data := bytes.TrimRight(it.fe.data, "\x00")
+			if len(data) == 0 {
+				it.hole = true
+				continue
+			}
+			it.ptr = b.Add(segment.FrameID{Ino: it.n.ino, Extent: it.idx, Gen: segID}, data)
+		}
+		batch := items[:used]
+		items = items[used:]
+		var obj []byte
+		if b.Frames() > 0 {
+			obj = b.Finish()
+			failpoint.Hit("segment-before-upload")
+			if err := e.retry(ctx, "upload "+segment.Key(segID), func() error {
+				return segment.Upload(ctx, e.opts.Store, segID, obj)
+			}); err != nil {
+				return err
+			}
+			failpoint.Hit("segment-after-upload")
+		}
+		if err := e.commitSegment(segID, int64(b.Size()), int64(len(obj)), batch); err != nil {
+			return err
+		}
+		failpoint.Hit("segment-after-commit")
+		if len(obj) > 0 && e.opts.Events != nil {
+			e.opts.Events.Sealed(segID, int64(len(obj)))
+		}
+	}
+	return nil
+}
+
+// commitSegment points the extents of batch at their frames in segID and
+// debits the segments they leave, one transaction per inode. An extent
+// that was truncated, punched or deleted meanwhile is skipped: its frame is
+// dead on arrival.
+func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []flushItem) error {
+	first := true
+	dead := false
+	for i := 0; i < len(batch); {
+		n := batch[i].n
+		j := i
+		for j < len(batch) && batch[j].n == n {
+			j++
+		}
+		b := e.db.NewBatch()
+		if first && objSize > 0 {
+			b.Merge(schema.CounterKey(segID), countDelta(0, frameBytes, objSize))
+			first = false
+		}
+		var live int64
+		e.ptrMu.Lock()
+		n.mu.Lock()
+		var err error
+		for _, it := range batch[i:j] {
+			if n.deleted || n.flushing[it.idx] != it.fe {
+				continue
+			}
+			delete(n.flushing, it.idx)
+			var old segment.Pointer
+			var had bool
+			old, had, err = e.pointer(n.ino, it.idx)
+			if err != nil {
+				break
+			}
+			if had {
+				b.Merge(schema.CounterKey(old.Segment), countDelta(-int64(old.Length), 0, 0))
+				n.attr.Blocks -= min(n.attr.Blocks, blocksOf(old))
+				dead = true
+			}
+			key := schema.ExtentKey(n.ino, it.idx)
+			if it.hole {
+				if had {
+					b.Delete(key)
+				}
+				continue
+			}
+			b.Set(key, it.ptr.Marshal())
+			live += int64(it.ptr.Length)
+			n.attr.Blocks += blocksOf(it.ptr)
+		}
+		if err == nil && !n.deleted {
+			if p := min(batch[i].snap, n.attr.Size); p > n.psize {
+				n.psize = p
+			}
+			e.putInode(b, n)
+			n.attrDirty = false
+		}
+		if live > 0 {
+			b.Merge(schema.CounterKey(segID), countDelta(live, 0, 0))
+		}
+		if err == nil {
+			err = e.commit(b)
+		}
+		n.mu.Unlock()
+		e.ptrMu.Unlock()
+		b.Close()
+		if err != nil {
+			return err
+		}
+		i = j
+	}
+	if first && objSize > 0 {
+		b := e.db.NewBatch()
+		b.Merge(schema.CounterKey(segID), countDelta(0, frameBytes, objSize))
+		err := e.commit(b)
+		b.Close()
+		if err != nil {
+			return err
+		}
+	}
+	if dead {
+		e.deadBytes()
+	}
+	return nil
+}
+
+// retry runs op until it succeeds, ctx ends, or the error is permanent.
+// Store outages are waited out: a barrier blocks rather than fails.
+func (e *Engine) retry(ctx context.Context, what string, op func() error) error {
+	delay := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil {
+			return nil
+		}
+		if objstore.IsPreconditionFailed(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			e.log.Warn("object store request failed; retrying", "op", what, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// flusher runs the periodic barrier and seals when dirty data passes the
+// segment target. An idle filesystem does nothing.
+func (e *Engine) flusher(ctx context.Context) {
+	defer e.wg.Done()
+	t := time.NewTicker(e.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kickFlush:
+			if err := e.Seal(ctx); err != nil && ctx.Err() == nil {
+				e.log.Error("sealing dirty data", "err", err)
+			}
+		case <-t.C:
+			if !e.needsBarrier() {
+				continue
+			}
+			if err := e.Barrier(ctx); err != nil && ctx.Err() == nil {
+				e.log.Error("periodic barrier", "err", err)
+			}
+		}
+	}
+}
+
+// needsBarrier reports whether anything is dirty or unjournaled.
+func (e *Engine) needsBarrier() bool {
+	if e.dirtyBytes.Load() > 0 || e.db.Pending() > 0 {
+		return true
+	}
+	e.ns.Lock()
+	defer e.ns.Unlock()
+	for _, n := range e.ns.inodes {
+		n.mu.RLock()
+		d := n.attrDirty || len(n.flushing) > 0
+		n.mu.RUnlock()
+		if d {
+			return true
+		}
+	}
+	return false
+}
+
+func decodeCounter(b []byte) (live, total, size int64, err error) { return lsm.DecodeCounter(b) }

@@ -1,0 +1,56 @@
+package fs
+
+import (
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+// Move relocates one extent's frame (repack): from Old to New.
+type Move struct {
+	Ino, Extent uint64
+	Old, New    segment.Pointer
+}
+
+// Repoint moves each extent whose pointer still equals Old to New, in one
+// transaction that also credits the output segment (frameBytes, objSize:
+// its counter's total and size) and debits the sources. A pointer that
+// changed meanwhile (a concurrent overwrite, truncate or delete) is left
+// alone: the newer write wins and its frame in the output is dead.
+func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []Move) (int, error) {
+	if err := e.writable(); err != nil {
+		return 0, err
+	}
+	e.ptrMu.Lock()
+	defer e.ptrMu.Unlock()
+	b := e.db.NewBatch()
+	defer b.Close()
+	b.Merge(schema.CounterKey(outSeg), countDelta(0, frameBytes, objSize))
+	moved := 0
+	var live int64
+	for _, m := range moves {
+		cur, ok, err := e.pointer(m.Ino, m.Extent)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || cur != m.Old {
+			continue
+		}
+		b.Set(schema.ExtentKey(m.Ino, m.Extent), m.New.Marshal())
+		b.Merge(schema.CounterKey(m.Old.Segment), countDelta(-int64(m.Old.Length), 0, 0))
+		live += int64(m.New.Length)
+		moved++
+	}
+	if live > 0 {
+		b.Merge(schema.CounterKey(outSeg), countDelta(live, 0, 0))
+	}
+	if err := e.commit(b); err != nil {
+		return 0, err
+	}
+	if moved > 0 {
+		e.deadBytes()
+	}
+	return moved, nil
+}
+
+// NewSegmentID allocates a segment id (repack outputs).
+func (e *Engine) NewSegmentID() uint64 { return e.newSegID() }
