@@ -118,4 +118,3 @@ func (m *Mem) List(_ context.Context, prefix, startAfter string, limit int) (Lis
 	}
 	return p, nil
 }
-

@@ -17,11 +17,21 @@ var ErrNotFound = errors.New("objstore: object not found")
 // the object already exists (IfAbsent) or its ETag differs (IfMatch).
 var ErrPreconditionFailed = errors.New("objstore: precondition failed")
 
+// ErrUnavailable is returned (wrapped) when the store could not be reached
+// or kept answering with transient errors (connection refused or reset, 5xx,
+// throttling) after the backend's own retries. The operation may or may not
+// have taken effect; callers retry it in their own loop.
+var ErrUnavailable = errors.New("objstore: store unavailable")
+
 // IsNotFound reports whether err means the object does not exist.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
 // IsPreconditionFailed reports whether err means a conditional Put lost.
 func IsPreconditionFailed(err error) bool { return errors.Is(err, ErrPreconditionFailed) }
+
+// IsUnavailable reports whether err is a transient store failure worth
+// retrying later.
+func IsUnavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 
 // PutOptions makes a Put conditional. At most one field may be set.
 type PutOptions struct {

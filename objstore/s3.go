@@ -1,0 +1,636 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+)
+
+// S3 defaults.
+const (
+	DefaultS3MaxAttempts = 10
+	DefaultS3PartSize    = 64 << 20
+	// MinS3PartSize is S3's smallest allowed multipart part (but the last).
+	MinS3PartSize = 5 << 20
+	// DefaultS3MaxBackoff caps the SDK's exponential backoff between attempts.
+	DefaultS3MaxBackoff = 20 * time.Second
+
+	s3DeleteBatch    = 1000
+	s3ListMax        = 1000
+	s3PartWorkers    = 4
+	s3HeaderTimeout  = 2 * time.Minute
+	s3IdleConnsPerHo = 64
+)
+
+// S3Config configures an S3 store. Zero values mean the documented default.
+type S3Config struct {
+	// Bucket must exist.
+	Bucket string
+	// Prefix is prepended to every key ("fs1" and "fs1/" both mean keys
+	// live under "fs1/"); empty means the bucket root.
+	Prefix string
+	// Endpoint is a custom S3 endpoint URL ("http://127.0.0.1:7070"); empty
+	// means AWS.
+	Endpoint string
+	// Region defaults to the SDK's configuration (AWS_REGION, profile), else
+	// us-east-1.
+	Region string
+	// PathStyle addresses buckets as endpoint/bucket/key (needed by most
+	// self-hosted servers) instead of bucket.endpoint/key.
+	PathStyle bool
+	// MaxAttempts bounds the attempts per request (default 10).
+	MaxAttempts int
+	// MaxBackoff caps the delay between attempts (default 20 s).
+	MaxBackoff time.Duration
+	// PartSize is the multipart part size; objects larger than it are
+	// uploaded in parts (default 64 MiB, at least 5 MiB).
+	PartSize int64
+	// AccessKeyID and SecretAccessKey, when both set, are used instead of
+	// the SDK's default credential chain (environment, shared config,
+	// instance role).
+	AccessKeyID     string
+	SecretAccessKey string
+}
+
+// S3 is a Store on an S3 bucket (aws-sdk-go-v2).
+//
+// Retries happen in two layers. Each request is retried inside the SDK
+// (standard retryer, MaxAttempts attempts with exponential jittered backoff
+// capped at MaxBackoff, no retry quota) on throttling, 5xx, timeouts and
+// connection errors including refused and reset connections; with the
+// defaults that rides out roughly half a minute to a minute of outage.
+// Conditional Puts are not retried by the SDK but by S3 itself, in the same
+// way, so that a retry after a lost response can be recognised (see Put).
+// When the attempts run out the error wraps ErrUnavailable, and the caller's
+// own loop (durability barrier, uploader, reclamation cycle) retries later:
+// that is the layer that bridges long outages.
+type S3 struct {
+	cli      *s3.Client
+	bucket   string
+	prefix   string
+	partSize int64
+	attempts int
+	backoff  *retry.ExponentialJitterBackoff
+	retryer  aws.Retryer
+}
+
+var _ Store = (*S3)(nil)
+
+func isConnErr(err error) aws.Ternary {
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) ||
+		errors.Is(err, io.ErrUnexpectedEOF) {
+		return aws.TrueTernary
+	}
+	return aws.UnknownTernary
+}
+
+// NewS3 returns an S3 store. It sends no request.
+func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("objstore: s3 needs a bucket")
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = DefaultS3MaxAttempts
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = DefaultS3MaxBackoff
+	}
+	if cfg.PartSize == 0 {
+		cfg.PartSize = DefaultS3PartSize
+	}
+	if cfg.PartSize < MinS3PartSize {
+		return nil, fmt.Errorf("objstore: s3 part size %d is below the S3 minimum of %d", cfg.PartSize, MinS3PartSize)
+	}
+	if (cfg.AccessKeyID == "") != (cfg.SecretAccessKey == "") {
+		return nil, errors.New("objstore: s3 access key and secret must be given together")
+	}
+	newRetryer := func() aws.Retryer {
+		return retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = cfg.MaxAttempts
+			o.MaxBackoff = cfg.MaxBackoff
+			o.RateLimiter = ratelimit.None
+			o.Retryables = append(o.Retryables, retry.IsErrorRetryableFunc(isConnErr))
+		})
+	}
+	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+		tr.MaxIdleConnsPerHost = s3IdleConnsPerHo
+		tr.ResponseHeaderTimeout = s3HeaderTimeout
+	})
+	opts := []func(*config.LoadOptions) error{
+		config.WithRetryer(newRetryer),
+		config.WithHTTPClient(httpClient),
+	}
+	if cfg.Region != "" {
+		opts = append(opts, config.WithRegion(cfg.Region))
+	}
+	if cfg.AccessKeyID != "" {
+		opts = append(opts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, "")))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("objstore: s3 config: %w", err)
+	}
+	if awsCfg.Region == "" {
+		awsCfg.Region = "us-east-1"
+	}
+	cli := s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+		o.UsePathStyle = cfg.PathStyle
+		// Uploads carry CRC32 checksums (SDK default); downloads are not
+		// checksum-validated unless asked, which also keeps the SDK from
+		// logging that about every GET.
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+	prefix := strings.TrimLeft(cfg.Prefix, "/")
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &S3{
+		cli:      cli,
+		bucket:   cfg.Bucket,
+		prefix:   prefix,
+		partSize: cfg.PartSize,
+		attempts: cfg.MaxAttempts,
+		backoff:  retry.NewExponentialJitterBackoff(cfg.MaxBackoff),
+		retryer:  newRetryer(),
+	}, nil
+}
+
+// Client returns the underlying SDK client (for tests and tools).
+func (s *S3) Client() *s3.Client { return s.cli }
+
+func (s *S3) fullKey(key string) string { return s.prefix + key }
+
+func quoteETag(e string) string { return `"` + e + `"` }
+
+func unquoteETag(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return strings.Trim(*p, `"`)
+}
+
+// errCode returns the S3 error code and HTTP status in err, if any.
+func errCode(err error) (code string, status int) {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		code = apiErr.ErrorCode()
+	}
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	return code, status
+}
+
+func isS3NotFound(err error) bool {
+	code, status := errCode(err)
+	switch code {
+	case "NoSuchKey", "NotFound":
+		return true
+	case "NoSuchBucket", "NoSuchUpload":
+		return false
+	}
+	return status == http.StatusNotFound
+}
+
+func isS3Precondition(err error) bool {
+	code, status := errCode(err)
+	return code == "PreconditionFailed" || code == "ConditionalRequestConflict" ||
+		status == http.StatusPreconditionFailed ||
+		(status == http.StatusConflict && code == "ConditionalRequestConflict")
+}
+
+func (s *S3) transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	return s.retryer.IsErrorRetryable(err)
+}
+
+// mapErr turns an SDK error into one wrapping the objstore sentinels.
+func (s *S3) mapErr(op, key string, err error) error {
+	switch {
+	case isS3NotFound(err):
+		return fmt.Errorf("%s %s: %w", op, key, ErrNotFound)
+	case isS3Precondition(err):
+		return fmt.Errorf("%s %s: %w", op, key, ErrPreconditionFailed)
+	}
+	if code, _ := errCode(err); code == "NoSuchBucket" {
+		return fmt.Errorf("%s %s: bucket %q does not exist: %w", op, key, s.bucket, err)
+	}
+	if s.transient(err) {
+		return fmt.Errorf("%s %s: %w: %w", op, key, ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s %s: %w", op, key, err)
+}
+
+// noSDKRetry makes one request a single attempt; S3's own loop retries it.
+func noSDKRetry(o *s3.Options) { o.RetryMaxAttempts = 1 }
+
+// Put implements Store. Objects larger than PartSize are uploaded in parts.
+//
+// Conditional Puts send If-None-Match: * (IfAbsent) or If-Match (IfMatch),
+// on PutObject or, for multipart, on CompleteMultipartUpload. A 412 or a
+// 409 ConditionalRequestConflict is ErrPreconditionFailed; IfMatch on a
+// missing object is ErrPreconditionFailed too.
+//
+// A retried conditional write can lose its own race: the first attempt
+// lands but its response is lost, and the retry sees the new object and
+// gets 412. So after an attempt with an unknown outcome, a 412 is followed
+// by a Head; if the object's ETag is the one this write produces, the Put
+// succeeded. (Another writer storing the very same bytes is
+// indistinguishable; ebbfs's conditional payloads name their writer.)
+func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) (string, error) {
+	if key == "" {
+		return "", errors.New("put: empty key")
+	}
+	if opts.IfAbsent && opts.IfMatch != "" {
+		return "", fmt.Errorf("put %s: IfAbsent and IfMatch are exclusive", key)
+	}
+	if int64(len(data)) > s.partSize {
+		return s.putMultipart(ctx, key, data, opts)
+	}
+	conditional := opts.IfAbsent || opts.IfMatch != ""
+	send := func(ctx context.Context, sdkRetry bool) (string, error) {
+		in := &s3.PutObjectInput{
+			Bucket:        aws.String(s.bucket),
+			Key:           aws.String(s.fullKey(key)),
+			Body:          bytes.NewReader(data),
+			ContentLength: aws.Int64(int64(len(data))),
+		}
+		if opts.IfAbsent {
+			in.IfNoneMatch = aws.String("*")
+		}
+		if opts.IfMatch != "" {
+			in.IfMatch = aws.String(quoteETag(opts.IfMatch))
+		}
+		var optFns []func(*s3.Options)
+		if !sdkRetry {
+			optFns = append(optFns, noSDKRetry)
+		}
+		out, err := s.cli.PutObject(ctx, in, optFns...)
+		if err != nil {
+			return "", err
+		}
+		return unquoteETag(out.ETag), nil
+	}
+	if !conditional {
+		etag, err := send(ctx, true)
+		if err != nil {
+			return "", s.mapErr("put", key, err)
+		}
+		return etag, nil
+	}
+	return s.conditionally(ctx, key, opts, etagOf(data), send)
+}
+
+// conditionally runs a conditional write with S3's own retry loop (see Put).
+// want is the ETag the write produces.
+func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, want string,
+	send func(ctx context.Context, sdkRetry bool) (string, error)) (string, error) {
+	ambiguous := false // an earlier attempt may have landed
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		etag, err := send(ctx, false)
+		if err == nil {
+			return etag, nil
+		}
+		lastErr = err
+		lost := isS3Precondition(err) || (opts.IfMatch != "" && isS3NotFound(err))
+		// A retried CompleteMultipartUpload whose first attempt landed
+		// finds its upload gone.
+		code, _ := errCode(err)
+		if ambiguous && (lost || code == "NoSuchUpload") {
+			if info, herr := s.Head(ctx, key); herr == nil && info.ETag == want {
+				return info.ETag, nil
+			}
+		}
+		if lost {
+			return "", fmt.Errorf("put %s: %w", key, ErrPreconditionFailed)
+		}
+		if !s.transient(err) || attempt >= s.attempts {
+			break
+		}
+		ambiguous = true
+		d, derr := s.backoff.BackoffDelay(attempt, err)
+		if derr != nil {
+			break
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", fmt.Errorf("put %s: %w (after %v)", key, ctx.Err(), lastErr)
+		case <-t.C:
+		}
+	}
+	return "", s.mapErr("put", key, lastErr)
+}
+
+// putMultipart uploads data in PartSize parts, s3PartWorkers at a time; a
+// condition goes on CompleteMultipartUpload. A failed upload is aborted.
+func (s *S3) putMultipart(ctx context.Context, key string, data []byte, opts PutOptions) (string, error) {
+	full := s.fullKey(key)
+	created, err := s.cli.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(full),
+		// Like the SDK's upload manager: parts carry CRC32 checksums
+		// and the completion lists them.
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
+	})
+	if err != nil {
+		return "", s.mapErr("put", key, err)
+	}
+	uploadID := created.UploadId
+	completed := false
+	defer func() {
+		if completed {
+			return
+		}
+		// Abort even if ctx is done, so no parts are left behind.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, _ = s.cli.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{
+			Bucket: aws.String(s.bucket), Key: aws.String(full), UploadId: uploadID,
+		})
+	}()
+
+	n := int((int64(len(data)) + s.partSize - 1) / s.partSize)
+	parts := make([]types.CompletedPart, n)
+	sums := make([][md5.Size]byte, n)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		partErr error
+		next    = make(chan int)
+	)
+	for range min(s3PartWorkers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				lo := int64(i) * s.partSize
+				hi := min(lo+s.partSize, int64(len(data)))
+				body := data[lo:hi]
+				sums[i] = md5.Sum(body)
+				out, err := s.cli.UploadPart(pctx, &s3.UploadPartInput{
+					Bucket:            aws.String(s.bucket),
+					Key:               aws.String(full),
+					UploadId:          uploadID,
+					PartNumber:        aws.Int32(int32(i + 1)),
+					Body:              bytes.NewReader(body),
+					ContentLength:     aws.Int64(hi - lo),
+					ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
+				})
+				if err != nil {
+					errOnce.Do(func() { partErr = err; cancel() })
+					continue
+				}
+				parts[i] = types.CompletedPart{
+					ETag:          out.ETag,
+					PartNumber:    aws.Int32(int32(i + 1)),
+					ChecksumCRC32: out.ChecksumCRC32,
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-pctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if partErr != nil {
+		return "", s.mapErr("put", key, partErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("put %s: %w", key, err)
+	}
+
+	// The multipart ETag: md5 of the parts' binary md5s, "-", part count.
+	h := md5.New()
+	for _, sum := range sums {
+		h.Write(sum[:])
+	}
+	want := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), n)
+
+	send := func(ctx context.Context, sdkRetry bool) (string, error) {
+		in := &s3.CompleteMultipartUploadInput{
+			Bucket:          aws.String(s.bucket),
+			Key:             aws.String(full),
+			UploadId:        uploadID,
+			MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+		}
+		if opts.IfAbsent {
+			in.IfNoneMatch = aws.String("*")
+		}
+		if opts.IfMatch != "" {
+			in.IfMatch = aws.String(quoteETag(opts.IfMatch))
+		}
+		var optFns []func(*s3.Options)
+		if !sdkRetry {
+			optFns = append(optFns, noSDKRetry)
+		}
+		out, err := s.cli.CompleteMultipartUpload(ctx, in, optFns...)
+		if err != nil {
+			return "", err
+		}
+		return unquoteETag(out.ETag), nil
+	}
+	var etag string
+	if opts.IfAbsent || opts.IfMatch != "" {
+		etag, err = s.conditionally(ctx, key, opts, want, send)
+	} else {
+		etag, err = send(ctx, true)
+		if err != nil {
+			err = s.mapErr("put", key, err)
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	completed = true
+	return etag, nil
+}
+
+// Get implements Store.
+func (s *S3) Get(ctx context.Context, key string) ([]byte, error) {
+	out, err := s.cli.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.fullKey(key)),
+	})
+	if err != nil {
+		return nil, s.mapErr("get", key, err)
+	}
+	defer out.Body.Close()
+	return readBody(out.Body, aws.ToInt64(out.ContentLength), "get", key, s)
+}
+
+func readBody(r io.Reader, size int64, op, key string, s *S3) ([]byte, error) {
+	if size < 0 {
+		size = 0
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, s.mapErr(op, key, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// GetRange implements Store with a "bytes=a-b" ranged GET.
+func (s *S3) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
+	if off < 0 || length < 0 {
+		return nil, fmt.Errorf("get %s: invalid range [%d,+%d)", key, off, length)
+	}
+	if length == 0 {
+		// HTTP cannot express an empty range; check the bounds with Head.
+		info, err := s.Head(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if off > info.Size {
+			return nil, fmt.Errorf("get %s: range [%d,+0) outside object of %d bytes", key, off, info.Size)
+		}
+		return []byte{}, nil
+	}
+	out, err := s.cli.GetObject(ctx, &s3.GetObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.fullKey(key)),
+		Range:  aws.String(fmt.Sprintf("bytes=%d-%d", off, off+length-1)),
+	})
+	if err != nil {
+		if code, status := errCode(err); code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable {
+			return nil, fmt.Errorf("get %s: range [%d,+%d) outside object: %w", key, off, length, err)
+		}
+		return nil, s.mapErr("get", key, err)
+	}
+	defer out.Body.Close()
+	b, err := readBody(out.Body, length, "get", key, s)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != length {
+		return nil, fmt.Errorf("get %s: range [%d,+%d) outside object (got %d bytes)", key, off, length, len(b))
+	}
+	return b, nil
+}
+
+// Head implements Store.
+func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
+	out, err := s.cli.HeadObject(ctx, &s3.HeadObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.fullKey(key)),
+	})
+	if err != nil {
+		return ObjectInfo{}, s.mapErr("head", key, err)
+	}
+	return ObjectInfo{
+		Key:     key,
+		Size:    aws.ToInt64(out.ContentLength),
+		ETag:    unquoteETag(out.ETag),
+		ModTime: aws.ToTime(out.LastModified),
+	}, nil
+}
+
+// Delete implements Store.
+func (s *S3) Delete(ctx context.Context, key string) error {
+	_, err := s.cli.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.fullKey(key)),
+	})
+	if err != nil && !isS3NotFound(err) {
+		return s.mapErr("delete", key, err)
+	}
+	return nil
+}
+
+// DeleteMany implements Store with DeleteObjects, 1000 keys a request.
+func (s *S3) DeleteMany(ctx context.Context, keys []string) error {
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), s3DeleteBatch)]
+		keys = keys[len(batch):]
+		ids := make([]types.ObjectIdentifier, len(batch))
+		for i, k := range batch {
+			ids[i] = types.ObjectIdentifier{Key: aws.String(s.fullKey(k))}
+		}
+		out, err := s.cli.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+			Bucket: aws.String(s.bucket),
+			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
+		})
+		if err != nil {
+			return s.mapErr("delete many", batch[0], err)
+		}
+		for _, e := range out.Errors {
+			if aws.ToString(e.Code) == "NoSuchKey" {
+				continue
+			}
+			return fmt.Errorf("delete %s: %s: %s", strings.TrimPrefix(aws.ToString(e.Key), s.prefix),
+				aws.ToString(e.Code), aws.ToString(e.Message))
+		}
+	}
+	return nil
+}
+
+// List implements Store with ListObjectsV2. A limit above 1000 returns at
+// most 1000 objects a page.
+func (s *S3) List(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error) {
+	if limit <= 0 || limit > s3ListMax {
+		limit = s3ListMax
+	}
+	in := &s3.ListObjectsV2Input{
+		Bucket:  aws.String(s.bucket),
+		Prefix:  aws.String(s.fullKey(prefix)),
+		MaxKeys: aws.Int32(int32(limit)),
+	}
+	if startAfter != "" {
+		in.StartAfter = aws.String(s.fullKey(startAfter))
+	}
+	out, err := s.cli.ListObjectsV2(ctx, in)
+	if err != nil {
+		return ListPage{}, s.mapErr("list", prefix, err)
+	}
+	p := ListPage{More: aws.ToBool(out.IsTruncated)}
+	for _, o := range out.Contents {
+		k := aws.ToString(o.Key)
+		if !strings.HasPrefix(k, s.prefix) {
+			continue
+		}
+		p.Objects = append(p.Objects, ObjectInfo{
+			Key:     strings.TrimPrefix(k, s.prefix),
+			Size:    aws.ToInt64(o.Size),
+			ETag:    unquoteETag(o.ETag),
+			ModTime: aws.ToTime(o.LastModified),
+		})
+	}
+	return p, nil
+}
