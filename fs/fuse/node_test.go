@@ -278,8 +278,7 @@ func TestChownClearsSetuid(t *testing.T) {
 
 func appendTo(p, s string) error { return appendToFlags(p, s, 0) }
 
-// appendToFlags appends s with one write(2). With O_DIRECT the buffer and
-// length are page-aligned as the flag wants.
+// appendToFlags appends s with one write(2), opening with extra flags.
 func appendToFlags(p, s string, flags int) error {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|flags, 0)
 	if err != nil {
