@@ -42,6 +42,8 @@ type Engine struct {
 	flushMu    sync.Mutex // one flush (and barrier) at a time
 	ptrMu      sync.Mutex // every read-modify-write of extent pointers and counters
 	segSeq     atomic.Uint64
+	inflightMu sync.Mutex
+	inflight   map[uint64]bool // segment ids allocated but not yet committed
 	dirtyBytes atomic.Int64
 	dirtyWait  chan struct{} // closed and replaced whenever dirty bytes drop
 
@@ -148,6 +150,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		kickClean: make(chan struct{}, 1),
 	}
 	e.ns.inodes = map[uint64]*inode{}
+	e.inflight = map[uint64]bool{}
 	if err := e.load(ctx); err != nil {
 		rd.Close()
 		db.Close()

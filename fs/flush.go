@@ -157,8 +157,45 @@ func allZero(b []byte) bool {
 	return len(bytes.TrimRight(b, "\x00")) == 0
 }
 
+// newSegID allocates a segment id and records it as in flight until
+// uploadDone: the orphan sweep must never judge an object whose upload or
+// commit has not finished.
 func (e *Engine) newSegID() uint64 {
-	return e.db.Epoch()<<32 | e.segSeq.Add(1)
+	e.inflightMu.Lock()
+	defer e.inflightMu.Unlock()
+	id := e.db.Epoch()<<32 | e.segSeq.Add(1)
+	e.inflight[id] = true
+	return id
+}
+
+func (e *Engine) uploadDone(id uint64) {
+	e.inflightMu.Lock()
+	delete(e.inflight, id)
+	e.inflightMu.Unlock()
+}
+
+// SegmentDone ends the in-flight state of an id from NewSegmentID (repack
+// outputs, once repointed or abandoned).
+func (e *Engine) SegmentDone(id uint64) { e.uploadDone(id) }
+
+// SegmentCutoff returns an id above every segment sealed so far: segments
+// below it were sealed before the call.
+func (e *Engine) SegmentCutoff() uint64 {
+	e.inflightMu.Lock()
+	defer e.inflightMu.Unlock()
+	return e.db.Epoch()<<32 | (e.segSeq.Load() + 1)
+}
+
+// SweepHorizon returns the id below which no segment of this process is
+// still being uploaded or committed: the orphan sweep judges only those.
+func (e *Engine) SweepHorizon() uint64 {
+	e.inflightMu.Lock()
+	defer e.inflightMu.Unlock()
+	h := e.db.Epoch()<<32 | (e.segSeq.Load() + 1)
+	for id := range e.inflight {
+		h = min(h, id)
+	}
+	return h
 }
 
 // writeSegments encodes items into segments of about SegmentTarget bytes,
@@ -187,11 +224,14 @@ func (e *Engine) writeSegments(ctx context.Context, items []flushItem) error {
 			if err := e.retry(ctx, "upload "+segment.Key(segID), func() error {
 				return segment.Upload(ctx, e.opts.Store, segID, obj)
 			}); err != nil {
+				e.uploadDone(segID)
 				return err
 			}
 			failpoint.Hit("segment-after-upload")
 		}
-		if err := e.commitSegment(segID, int64(b.Size()), int64(len(obj)), batch); err != nil {
+		err := e.commitSegment(segID, int64(b.Size()), int64(len(obj)), batch)
+		e.uploadDone(segID)
+		if err != nil {
 			return err
 		}
 		failpoint.Hit("segment-after-commit")

@@ -52,5 +52,6 @@ func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []Move)
 	return moved, nil
 }
 
-// NewSegmentID allocates a segment id (repack outputs).
+// NewSegmentID allocates a segment id (repack outputs); it stays in flight
+// until SegmentDone.
 func (e *Engine) NewSegmentID() uint64 { return e.newSegID() }
