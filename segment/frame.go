@@ -148,19 +148,29 @@ func grow(b []byte, n int) []byte {
 // The AAD is "ebbfs-frame-v1" || fs uuid || ino || extent || gen (u64 LE
 // each). The segment id is not bound, so repack can copy frames verbatim.
 func EncodeFrame(dst []byte, k *keys.Keys, id FrameID, plain []byte, c Codec) []byte {
-	// Build codec byte || payload in a scratch buffer, then seal it.
-	scratch := make([]byte, 1, 1+len(plain))
-	var ok bool
-	scratch, ok = compress(scratch, plain, c)
-	if ok {
-		scratch[0] = byte(c)
-	} else {
-		scratch[0] = byte(CodecNone)
-		scratch = append(scratch[:1], plain...)
-	}
 	var ab [frameAADLen]byte
-	return k.Data.SealTo(dst, frameAAD(&ab, k.UUID, id), scratch)
+	aad := frameAAD(&ab, k.UUID, id)
+	// Build codec byte || payload in a pooled scratch buffer, then seal it.
+	sp := scratchPool.Get().(*[]byte)
+	scratch, ok := compress(append((*sp)[:0], byte(c)), plain, c)
+	if !ok {
+		scratch = append(scratch[:1], plain...)
+		scratch[0] = byte(CodecNone)
+	}
+	dst = k.Data.SealTo(dst, aad, scratch)
+	if cap(scratch) <= 2*scratchSize {
+		*sp = scratch[:0]
+	}
+	scratchPool.Put(sp)
+	return dst
 }
+
+const scratchSize = 1 + MaxPlainLen + MaxPlainLen/128 + 64
+
+var scratchPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, scratchSize)
+	return &b
+}}
 
 // DecodeFrame authenticates a frame made by EncodeFrame for id and returns
 // its plaintext, which must be exactly plainLen bytes. Every failure wraps
