@@ -179,6 +179,12 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}, nil
 }
 
+// Bucket returns the bucket name.
+func (s *S3) Bucket() string { return s.bucket }
+
+// Prefix returns the key prefix, "" or ending in "/".
+func (s *S3) Prefix() string { return s.prefix }
+
 // Client returns the underlying SDK client (for tests and tools).
 func (s *S3) Client() *s3.Client { return s.cli }
 
