@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"ebbfs.dev/ebbfs/internal/admin"
+	"ebbfs.dev/ebbfs/internal/config"
+)
+
+func adminClient(c *config.Config) *admin.Client {
+	return admin.NewClient(c.Admin.UnixSocket, c.AdminListen())
+}
+
+func newFlushCmd(g *globalFlags) *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "flush",
+		Short: "Ask the running writer to make everything written so far durable",
+		Long: `Run a durability barrier in the running writer (over its admin socket):
+when flush exits 0, every write that completed before it started is in the
+object store. Exits non-zero if no writer runs or the barrier fails.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.load()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			if err := adminClient(c).Flush(ctx); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "flushed")
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long")
+	return cmd
+}
+
+func newStatusCmd(g *globalFlags) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the running writer's status",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.load()
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st, err := adminClient(c).Status(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				b, _ := json.MarshalIndent(st, "", "  ")
+				fmt.Fprintln(out, string(b))
+				return nil
+			}
+			mode := "writer"
+			if st.ReadOnly {
+				mode = "reader (read-only)"
+			}
+			fmt.Fprintf(out, "ebbfs %s, pid %d, %s, up %s\n", st.Version, st.PID, mode, time.Duration(st.UptimeSec*float64(time.Second)).Truncate(time.Second))
+			fmt.Fprintf(out, "store:      %s\n", st.Store)
+			if st.FSUUID != "" {
+				fmt.Fprintf(out, "filesystem: %s\n", st.FSUUID)
+			}
+			fmt.Fprintf(out, "mountpoint: %s\n", st.Mountpoint)
+			for _, a := range st.NBD {
+				fmt.Fprintf(out, "nbd:        %s\n", a)
+			}
+			for _, a := range st.Admin {
+				fmt.Fprintf(out, "admin:      %s\n", a)
+			}
+			if st.LastError != "" {
+				fmt.Fprintf(out, "last barrier error: %s\n", st.LastError)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/fs/fuse"
+	"ebbfs.dev/ebbfs/internal/admin"
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/config"
+	"ebbfs.dev/ebbfs/internal/keys"
+)
+
+// closeTimeout bounds the final barrier at shutdown.
+const closeTimeout = 10 * time.Minute
+
+type runFlags struct {
+	readOnly   bool
+	mountpoint string
+	checkpoint string
+}
+
+func newRunCmd(g *globalFlags) *cobra.Command {
+	f := &runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the writer (or, with --read-only, a reader) in the foreground",
+		Long: `Open the filesystem, mount it at [mount] path, serve NBD exports (the regular
+files in /.nbd/) and the admin endpoint, and run until SIGINT, SIGTERM or
+umount. Every path to exit runs a final durability barrier first. Only one
+writer may run against a store at a time: a second one is refused while the
+first holds the writer lease.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.load()
+			if err != nil {
+				return err
+			}
+			if f.mountpoint != "" {
+				abs, err := filepath.Abs(f.mountpoint)
+				if err != nil {
+					return err
+				}
+				c.Mount.Path = abs
+			}
+			if err := c.ValidateForRun(); err != nil {
+				return fmt.Errorf("config %s: %w", c.Path, err)
+			}
+			if f.checkpoint != "" {
+				return errors.New("run --checkpoint is not implemented yet (checkpoints have not landed)")
+			}
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			return runFS(c, f, log)
+		},
+	}
+	cmd.Flags().BoolVar(&f.readOnly, "read-only", false, "follow the writer read-only (a replica); writes fail with EROFS")
+	cmd.Flags().StringVar(&f.mountpoint, "mountpoint", "", "mount here instead of [mount] path")
+	cmd.Flags().StringVar(&f.checkpoint, "checkpoint", "", "serve a pinned checkpoint read-only (not implemented yet)")
+	return cmd
+}
+
+// process is the running writer or reader; it is the admin backend.
+type process struct {
+	c       *config.Config
+	e       *fs.Engine
+	k       *keys.Keys
+	mp      string
+	started time.Time
+	log     *slog.Logger
+
+	mu struct {
+		sync.Mutex
+		barriers  uint64
+		last      time.Time
+		lastErr   string
+		nbdAddrs  []string
+		adminAddr []string
+	}
+}
+
+var _ admin.Backend = (*process)(nil)
+
+func (p *process) Flush(ctx context.Context) error {
+	err := p.e.Barrier(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mu.barriers++
+	p.mu.last = time.Now()
+	p.mu.lastErr = ""
+	if err != nil {
+		p.mu.lastErr = err.Error()
+	}
+	return err
+}
+
+func (p *process) Status(ctx context.Context) admin.Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return admin.Status{
+		Version:     versionString(),
+		PID:         os.Getpid(),
+		FSUUID:      uuidString(p.k.UUID),
+		Store:       p.c.Storage.URL,
+		Mountpoint:  p.mp,
+		ReadOnly:    p.e.ReadOnly(),
+		StartedAt:   p.started,
+		UptimeSec:   time.Since(p.started).Seconds(),
+		NBD:         append([]string(nil), p.mu.nbdAddrs...),
+		Admin:       append([]string(nil), p.mu.adminAddr...),
+		Barriers:    p.mu.barriers,
+		LastBarrier: p.mu.last,
+		LastError:   p.mu.lastErr,
+	}
+}
+
+// cleanupStack runs registered functions in reverse order.
+type cleanupStack []func()
+
+func (s *cleanupStack) push(f func()) { *s = append(*s, f) }
+func (s *cleanupStack) run() {
+	for i := len(*s) - 1; i >= 0; i-- {
+		(*s)[i]()
+	}
+	*s = nil
+}
+
+func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
+	// Signals are caught from the start so that an early SIGTERM still
+	// goes through the orderly path below.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stopRequested atomic.Bool
+	startupDone := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case s := <-sigs:
+			log.Info("signal during startup; stopping", "signal", s.String())
+			stopRequested.Store(true)
+			cancel()
+		case <-startupDone:
+		}
+	}()
+	endStartup := func() {
+		select {
+		case <-startupDone:
+		default:
+			close(startupDone)
+		}
+		<-watcherDone
+	}
+	defer endStartup()
+
+	mp, err := prepareMountpoint(c.Mount.Path, log)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.Cache.Dir, 0o700); err != nil {
+		return fmt.Errorf("cache directory: %w", err)
+	}
+	st, k, err := unlock(ctx, c)
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	e, err := fs.Open(ctx, fs.Options{
+		Store:            st,
+		Keys:             k,
+		CacheDir:         c.Cache.Dir,
+		MemoryCacheBytes: int64(c.Cache.MemorySize),
+		DiskCacheBytes:   int64(c.Cache.DiskSize),
+		FlushInterval:    c.Metadata.FlushInterval.D(),
+		ReadOnly:         f.readOnly,
+		Holder:           fmt.Sprintf("ebbfs run pid %d on %s", os.Getpid(), host),
+		Logger:           log,
+		Clock:            clock.Real{},
+	})
+	if err != nil {
+		return fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
+	}
+	p := &process{c: c, e: e, k: k, mp: mp, started: time.Now(), log: log}
+
+	var cleanup cleanupStack
+	closeEngine := func() error {
+		cctx, ccancel := context.WithTimeout(context.Background(), closeTimeout)
+		defer ccancel()
+		start := time.Now()
+		if err := e.Close(cctx); err != nil {
+			log.Error("final barrier failed; data written since the last barrier may not be durable", "err", err)
+			return fmt.Errorf("final barrier: %w", err)
+		}
+		log.Info("final barrier done; filesystem closed", "took", time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	defer func() {
+		cleanup.run()
+		if err := closeEngine(); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+
+	if !f.readOnly {
+		if err := ensureNBDDir(ctx, e); err != nil {
+			log.Warn("could not create /.nbd", "err", err)
+		}
+	}
+
+	adm := admin.New(p, admin.Options{TCP: c.AdminListen(), Unix: c.Admin.UnixSocket, Logger: log})
+	if a := c.AdminListen(); a != "" && !config.IsLoopback(a) {
+		log.Warn("admin endpoint listens beyond loopback; anyone who can reach it can flush and read status", "listen", a)
+	}
+	if err := adm.Start(); err != nil {
+		return err
+	}
+	cleanup.push(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		adm.Close(sctx)
+	})
+
+	nbdAddrs, stopNBD, err := startNBD(c, e, f.readOnly, log)
+	if err != nil {
+		return err
+	}
+	cleanup.push(stopNBD)
+
+	p.mu.Lock()
+	p.mu.nbdAddrs = nbdAddrs
+	p.mu.adminAddr = adm.Addrs()
+	p.mu.Unlock()
+
+	if stopRequested.Load() {
+		return nil // stopped by a signal during startup
+	}
+	srv, err := fuse.Mount(e, mp, fuse.MountOptions{
+		AllowOther:         *c.Mount.AllowOther,
+		DefaultPermissions: *c.Mount.DefaultPermissions,
+		FsName:             fuse.Name,
+		Logger:             log,
+		Debug:              os.Getenv("EBBFS_FUSE_DEBUG") != "",
+	})
+	if err != nil {
+		return fmt.Errorf("mounting %s: %w", mp, err)
+	}
+	endStartup() // the loop below owns the signals from here on
+	fuseDone := make(chan struct{})
+	go func() {
+		srv.Wait()
+		close(fuseDone)
+	}()
+	if stopRequested.Load() {
+		go unmount(srv, mp, fuseDone, log)
+	}
+
+	adminURL := ""
+	if a := adm.TCPAddr(); a != "" {
+		adminURL = "http://" + a + "/"
+	}
+	log.Info("ebbfs running", "mountpoint", mp, "store", c.Storage.URL, "read_only", f.readOnly,
+		"nbd", nbdAddrs, "admin", adminURL, "admin_socket", c.Admin.UnixSocket, "pid", os.Getpid())
+
+	signals := 0
+	for {
+		select {
+		case <-fuseDone:
+			log.Info("unmounted; stopping", "mountpoint", mp)
+			return nil
+		case s := <-sigs:
+			signals++
+			if signals > 1 {
+				log.Warn("second signal: stopping without waiting for the mount to go away", "signal", s.String())
+				return nil
+			}
+			log.Info("stopping", "signal", s.String())
+			go unmount(srv, mp, fuseDone, log)
+		}
+	}
+}
+
+// unmount detaches the mount; a busy mount is detached lazily (the kernel
+// finishes it once the last open file is closed).
+func unmount(srv interface{ Unmount() error }, mp string, done <-chan struct{}, log *slog.Logger) {
+	err := srv.Unmount()
+	if err == nil {
+		return
+	}
+	select {
+	case <-done:
+		return // unmounted meanwhile by umount(8)
+	default:
+	}
+	log.Warn("unmount failed; detaching lazily (open files keep it alive; signal again to stop now)", "mountpoint", mp, "err", err)
+	if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+		log.Error("lazy unmount failed", "mountpoint", mp, "err", err)
+	}
+}
+
+// prepareMountpoint checks that the mountpoint is a directory and not
+// already mounted. A dead ebbfs mount left by a killed writer is detached.
+func prepareMountpoint(p string, log *slog.Logger) (string, error) {
+	if err := os.MkdirAll(p, 0o755); err != nil && !errors.Is(err, syscall.ENOTCONN) {
+		if _, serr := os.Stat(p); !errors.Is(serr, syscall.ENOTCONN) {
+			return "", fmt.Errorf("mountpoint: %w", err)
+		}
+	}
+	mp, err := canonicalMountpoint(p)
+	if err != nil {
+		return "", err
+	}
+	m, mounted, err := findMount(mp)
+	if err != nil {
+		return "", fmt.Errorf("reading the mount table: %w", err)
+	}
+	if mounted {
+		_, serr := os.Stat(mp)
+		if m.FSType == "fuse."+fuse.Name && errors.Is(serr, syscall.ENOTCONN) {
+			log.Warn("detaching a dead ebbfs mount left by a previous writer", "mountpoint", mp)
+			if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+				return "", fmt.Errorf("mountpoint %s holds a dead ebbfs mount that could not be detached: %w", mp, err)
+			}
+		} else {
+			return "", fmt.Errorf("mountpoint %s is already mounted (%s from %s)", mp, m.FSType, m.Source)
+		}
+	}
+	fi, err := os.Stat(mp)
+	if err != nil {
+		return "", fmt.Errorf("mountpoint: %w", err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("mountpoint %s is not a directory", mp)
+	}
+	return mp, nil
+}
+
+// listenUnixSocket listens on a socket path, replacing a stale socket file
+// but never a live socket or another kind of file.
+func listenUnixSocket(p string, mode os.FileMode) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(p); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", p)
+		}
+		if c, err := net.DialTimeout("unix", p, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("another process is serving %s", p)
+		}
+		if err := os.Remove(p); err != nil {
+			return nil, err
+		}
+	}
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}

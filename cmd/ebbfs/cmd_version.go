@@ -1,0 +1,37 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+)
+
+func versionString() string {
+	v := version
+	if v == "dev" {
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			for _, s := range bi.Settings {
+				if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+					v = "dev-" + s.Value[:12]
+				}
+			}
+		}
+	}
+	return v
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintf(cmd.OutOrStdout(), "ebbfs %s (store format %d, %s, %s/%s)\n", versionString(), keys.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}

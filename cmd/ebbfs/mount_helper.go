@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"ebbfs.dev/ebbfs/fs/fuse"
+	"ebbfs.dev/ebbfs/internal/config"
+)
+
+// mountWaitTimeout bounds how long the helper waits for the mount to
+// appear (recovery from a remote store can take a while).
+const mountWaitTimeout = 5 * time.Minute
+
+func newMountHelperCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "mount-helper CONFIG MOUNTPOINT [-o OPTIONS]",
+		Short: "The mount.fuse.ebbfs calling convention of mount(8)",
+		Long: `mount -t fuse.ebbfs CONFIG MOUNTPOINT (or the fstab line
+  /etc/ebbfs/ebbfs.toml /mnt/ebbfs fuse.ebbfs defaults,_netdev 0 0)
+makes mount(8) run "mount.fuse.ebbfs CONFIG MOUNTPOINT -o OPTIONS". That
+program (a symlink to ebbfs) starts "ebbfs run -c CONFIG" detached, logging
+to ebbfs.log in the cache directory, and returns once the mount is up. The
+option "ro" runs a read-only reader; generic mount options (defaults,
+_netdev, nofail, noauto, user, rw, ...) are accepted and ignored. At boot the
+password must come from [encryption] password_file.`,
+		DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return mountHelper(args)
+		},
+	}
+}
+
+type helperArgs struct {
+	config, mountpoint string
+	readOnly           bool
+	fake, verbose      bool
+	ignored            []string
+}
+
+// parseHelperArgs parses "SPEC DIR [-sfnv] [-o opts] [-t type] [-N ns]".
+func parseHelperArgs(args []string) (*helperArgs, error) {
+	h := &helperArgs{}
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-h" || a == "--help":
+			return nil, &usageError{errors.New("usage: mount.fuse.ebbfs CONFIG MOUNTPOINT [-o OPTIONS]")}
+		case a == "-o" || a == "-t" || a == "-N":
+			if i+1 >= len(args) {
+				return nil, &usageError{fmt.Errorf("%s needs a value", a)}
+			}
+			i++
+			if a == "-o" {
+				h.addOptions(args[i])
+			} else if a == "-N" {
+				return nil, errors.New("mount namespaces (-N) are not supported")
+			}
+		case strings.HasPrefix(a, "-o") && len(a) > 2:
+			h.addOptions(a[2:])
+		case strings.HasPrefix(a, "-t") && len(a) > 2:
+		case strings.HasPrefix(a, "-") && len(a) > 1 && strings.Trim(a[1:], "sfnvr") == "":
+			h.fake = h.fake || strings.Contains(a, "f")
+			h.verbose = h.verbose || strings.Contains(a, "v")
+			h.readOnly = h.readOnly || strings.Contains(a, "r")
+		case strings.HasPrefix(a, "-") && a != "-":
+			return nil, &usageError{fmt.Errorf("unknown flag %q", a)}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		return nil, &usageError{fmt.Errorf("usage: mount.fuse.ebbfs CONFIG MOUNTPOINT [-o OPTIONS] (got %d arguments)", len(pos))}
+	}
+	h.config, h.mountpoint = pos[0], pos[1]
+	return h, nil
+}
+
+func (h *helperArgs) addOptions(s string) {
+	for _, o := range strings.Split(s, ",") {
+		switch {
+		case o == "":
+		case o == "ro":
+			h.readOnly = true
+		case o == "rw":
+			h.readOnly = false
+		default:
+			// Generic mount(8) and fstab options (defaults, _netdev, nofail,
+			// noauto, user, x-systemd.*, ...) and FUSE options that [mount]
+			// configures instead.
+			h.ignored = append(h.ignored, o)
+		}
+	}
+}
+
+func mountHelper(args []string) error {
+	h, err := parseHelperArgs(args)
+	if err != nil {
+		return err
+	}
+	c, err := config.Load(h.config)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(h.mountpoint, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("mountpoint: %w", err)
+	}
+	mp, err := canonicalMountpoint(h.mountpoint)
+	if err != nil {
+		return err
+	}
+	c.Mount.Path = mp
+	if h.verbose && len(h.ignored) > 0 {
+		fmt.Fprintf(os.Stderr, "mount.fuse.ebbfs: ignoring options %s\n", strings.Join(h.ignored, ","))
+	}
+	if h.fake {
+		return nil
+	}
+	if m, ok, err := findMount(mp); err != nil {
+		return err
+	} else if ok {
+		if _, serr := os.Stat(mp); m.FSType != "fuse."+fuse.Name || !errors.Is(serr, syscall.ENOTCONN) {
+			return fmt.Errorf("%s is already mounted (%s)", mp, m.FSType)
+		}
+		// A dead ebbfs mount: ebbfs run detaches it.
+	}
+	if err := os.MkdirAll(c.Cache.Dir, 0o700); err != nil {
+		return fmt.Errorf("cache directory: %w", err)
+	}
+	logPath := c.LogFile()
+	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("log file: %w", err)
+	}
+	defer logf.Close()
+	startOff, _ := logf.Seek(0, io.SeekEnd)
+	fmt.Fprintf(logf, "--- %s mount.fuse.ebbfs: starting ebbfs run -c %s at %s\n", time.Now().Format(time.RFC3339), c.Path, mp)
+
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the ebbfs binary: %w", err)
+	}
+	runArgs := []string{"run", "-c", c.Path, "--mountpoint", mp}
+	if h.readOnly {
+		runArgs = append(runArgs, "--read-only")
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	cmd := exec.Command(self, runArgs...)
+	cmd.Stdin = devnull
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting ebbfs run: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	deadline := time.After(mountWaitTimeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			// The run may have mounted and then stopped at once; report
+			// what it said either way.
+			return fmt.Errorf("ebbfs run exited before the mount appeared (%v); its log (%s):\n%s", err, logPath, logTail(logPath, startOff))
+		case <-deadline:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			return fmt.Errorf("%s did not appear within %s; stopped the writer; see %s:\n%s", mp, mountWaitTimeout, logPath, logTail(logPath, startOff))
+		case <-tick.C:
+			if m, ok, _ := findMount(mp); ok && m.FSType == "fuse."+fuse.Name {
+				if _, err := os.Stat(mp); err == nil {
+					if h.verbose {
+						fmt.Fprintf(os.Stderr, "mount.fuse.ebbfs: %s mounted by pid %d; log in %s\n", mp, cmd.Process.Pid, logPath)
+					}
+					return nil // the writer lives on in its own session
+				}
+			}
+		}
+	}
+}
+
+// logTail returns the log written since off (at most the last 4 KiB).
+func logTail(p string, off int64) string {
+	b, err := os.ReadFile(p)
+	if err != nil || off > int64(len(b)) {
+		return "(log unavailable)"
+	}
+	b = b[off:]
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return strings.TrimRight(string(b), "\n")
+}
+
+// removeIfSocket removes p if it is a socket.
+func removeIfSocket(p string) error {
+	fi, err := os.Lstat(p)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return nil
+	}
+	return os.Remove(p)
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"ebbfs.dev/ebbfs/internal/config"
+)
+
+// DefaultConfigPath is used when -c is not given.
+const DefaultConfigPath = "/etc/ebbfs/ebbfs.toml"
+
+type globalFlags struct {
+	config   string
+	logLevel string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "ebbfs",
+		Short:         "ebbfs: an encrypted filesystem whose durable home is an object store",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       version,
+		CompletionOptions: cobra.CompletionOptions{
+			DisableDefaultCmd: true,
+		},
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &usageError{fmt.Errorf("%w\nrun '%s --help' for usage", err, c.CommandPath())}
+	})
+	root.PersistentFlags().StringVarP(&g.config, "config", "c", DefaultConfigPath, "configuration file")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("EBBFS_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	root.AddCommand(
+		newInitCmd(g),
+		newRunCmd(g),
+		newFlushCmd(g),
+		newStatusCmd(g),
+		newVersionCmd(),
+		newChangePasswordCmd(g),
+		newFsckCmd(g),
+		newMountHelperCmd(),
+	)
+	return root
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (g *globalFlags) load() (*config.Config, error) {
+	c, err := config.Load(g.config)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && g.config == DefaultConfigPath {
+			return nil, fmt.Errorf("%w (give the configuration file with -c)", err)
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (g *globalFlags) logger() (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(strings.TrimSpace(g.logLevel))); err != nil {
+		return nil, &usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)}
+	}
+	l := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lv}))
+	slog.SetDefault(l)
+	return l, nil
+}
+
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return &usageError{fmt.Errorf("%s takes no arguments (got %q)", cmd.CommandPath(), args)}
+	}
+	return nil
+}
