@@ -91,6 +91,7 @@ func BenchmarkSegmentWrite(b *testing.B) {
 			for b.Loop() {
 				seg++
 				bl := NewBuilder(k, seg, c)
+				bl.Grow(benchSegmentBytes + 64<<10)
 				for i, e := range exts {
 					bl.Add(FrameID{Ino: 1, Extent: uint64(i), Gen: 1}, e)
 				}

@@ -27,6 +27,14 @@ func NewBuilder(k *keys.Keys, segID uint64, c Codec) *Builder {
 	return &Builder{k: k, segID: segID, codec: c}
 }
 
+// Grow reserves room for n more frame bytes, so a segment sealed at a
+// known target size is built without reallocating.
+func (b *Builder) Grow(n int) {
+	if n > 0 && b.sealed == nil {
+		b.buf = grow(b.buf, n)
+	}
+}
+
 // SegID is the id of the segment being built.
 func (b *Builder) SegID() uint64 { return b.segID }
 

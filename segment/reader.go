@@ -93,6 +93,7 @@ type Reader struct {
 		mem     *memCache // nil if disabled
 		pending map[uint64][]byte
 		logged  map[corruptSite]struct{}
+		flight  map[corruptSite]*fetchCall // concurrent misses of one frame share a GET
 		closed  bool
 	}
 
@@ -103,6 +104,13 @@ type Reader struct {
 type corruptSite struct {
 	seg uint64
 	off int64
+}
+
+// fetchCall is one GET of a frame that concurrent readers wait on.
+type fetchCall struct {
+	done  chan struct{}
+	frame []byte
+	err   error
 }
 
 // NewReader opens a reader, rebuilding the disk cache index from DiskDir.
@@ -117,6 +125,7 @@ func NewReader(o ReaderOptions) (*Reader, error) {
 	}
 	r.mu.pending = map[uint64][]byte{}
 	r.mu.logged = map[corruptSite]struct{}{}
+	r.mu.flight = map[corruptSite]*fetchCall{}
 	if o.DiskDir != "" {
 		d, err := openDiskCache(o.DiskDir, o.DiskBytes, o.Logger)
 		if err != nil {
@@ -316,11 +325,42 @@ func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error
 	if out, ok, err := r.cached(id, p); ok || err != nil {
 		return out, err
 	}
-	frame, err := r.getRange(ctx, Key(p.Segment), int64(p.Offset), int64(p.Length))
+	frame, err := r.fetchShared(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	return r.accept(id, p, frame)
+}
+
+// fetchShared GETs one frame; concurrent callers for the same frame share
+// one request. A waiter whose context ends stops waiting; the request goes
+// on for the others.
+func (r *Reader) fetchShared(ctx context.Context, p Pointer) ([]byte, error) {
+	site := corruptSite{p.Segment, int64(p.Offset)}
+	r.mu.Lock()
+	if c, ok := r.mu.flight[site]; ok {
+		r.mu.Unlock()
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if c.err != nil || len(c.frame) != int(p.Length) {
+			// The leader failed (perhaps only its context) or fetched a
+			// different length: try on our own.
+			return r.getRange(ctx, Key(p.Segment), int64(p.Offset), int64(p.Length))
+		}
+		return c.frame, nil
+	}
+	c := &fetchCall{done: make(chan struct{})}
+	r.mu.flight[site] = c
+	r.mu.Unlock()
+	c.frame, c.err = r.getRange(ctx, Key(p.Segment), int64(p.Offset), int64(p.Length))
+	r.mu.Lock()
+	delete(r.mu.flight, site)
+	r.mu.Unlock()
+	close(c.done)
+	return c.frame, c.err
 }
 
 // runGroups splits the indices of ps (sorted by offset, one segment) into

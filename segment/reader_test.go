@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
@@ -66,6 +68,10 @@ func (f *fixture) readAll(t *testing.T, r *Reader, idx ...int) {
 }
 
 func TestReadDirectoryTwoGets(t *testing.T) {
+	prev := slog.Default()
+	var logs bytes.Buffer
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
 	f := newFixture(t, 12)
 	ctx := context.Background()
 	foot, ents, err := ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data)))
@@ -103,6 +109,9 @@ func TestReadDirectoryTwoGets(t *testing.T) {
 	_, _, err = ReadDirectory(ctx, f.cs, f.k, 99, int64(len(f.data)))
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Key(99)) {
 		t.Fatalf("moved segment: %v", err)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 2 || !strings.Contains(logs.String(), "object="+Key(99)) {
+		t.Fatalf("want 2 error logs naming the objects, got %d:\n%s", n, logs.String())
 	}
 }
 
@@ -499,5 +508,55 @@ func TestReaderConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// gateStore blocks ranged GETs until released.
+type gateStore struct {
+	*countingStore
+	gate chan struct{}
+}
+
+func (g *gateStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	g.inc("getrange")
+	<-g.gate
+	return g.Store.GetRange(ctx, key, off, n)
+}
+
+func TestReaderSharesConcurrentMisses(t *testing.T) {
+	f := newFixture(t, 2)
+	gs := &gateStore{countingStore: f.cs, gate: make(chan struct{})}
+	r, err := NewReader(ReaderOptions{Store: gs, Keys: f.k, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := r.Read(context.Background(), f.ids[1], f.ps[1])
+			if err == nil && !bytes.Equal(got, f.plains[1]) {
+				err = errors.New("wrong data")
+			}
+			errs <- err
+		}()
+	}
+	for gs.count("getrange") == 0 {
+		runtime.Gosched()
+	}
+	time.Sleep(50 * time.Millisecond) // let the others queue behind the first GET
+	close(gs.gate)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := gs.count("getrange"); n != 1 {
+		t.Fatalf("%d GETs for 6 concurrent reads of one frame", n)
 	}
 }
