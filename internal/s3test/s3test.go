@@ -71,7 +71,7 @@ func FindBinary() (string, error) {
 		if isExec(p) {
 			return p, nil
 		}
-		return "", fmt.Errorf("%w: EBBFS_VERSITYGW=%s is not an executable file", ErrNoBinary, p)
+		return "", fmt.Errorf("%w: EBBFS_VERSITYGW=%s is not an executable file; %s", ErrNoBinary, p, InstallHint)
 	}
 	var cands []string
 	if gp := goPath(); gp != "" {
