@@ -1,0 +1,275 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// DefaultReaderTTL is the default lifetime of a reader's checkpoint.
+const DefaultReaderTTL = 3 * time.Minute
+
+// retryAfterFailure is the longest wait after a failed renewal.
+const retryAfterFailure = 5 * time.Second
+
+// RenewerOptions configure a Renewer. Zero values take the defaults.
+type RenewerOptions struct {
+	Store objstore.Store // required
+	// Name of the reader's ephemeral checkpoint (required), e.g.
+	// "reader-<host>-<id>". An existing ephemeral record of that name (a
+	// previous run of the same reader) is taken over; a persistent one is
+	// an error.
+	Name string
+	// TTL is the record's lifetime (default DefaultReaderTTL). It is
+	// renewed every TTL/3.
+	TTL time.Duration
+	// ManifestSeq returns the manifest the replica's state derives from
+	// (required). It is read at Start and at every renewal: when it has
+	// moved (the replica reopened at a newer manifest) the record is
+	// re-pinned with a new CreateTime, which keeps the span short.
+	ManifestSeq func() uint64
+	Clock       clock.Clock  // default clock.Real
+	Logger      *slog.Logger // default: discard
+}
+
+// EnsureDefaults fills in zero fields.
+func (o *RenewerOptions) EnsureDefaults() {
+	if o.TTL <= 0 {
+		o.TTL = DefaultReaderTTL
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// Validate reports missing or invalid fields.
+func (o *RenewerOptions) Validate() error {
+	switch {
+	case o.Store == nil:
+		return errors.New("checkpoint: RenewerOptions.Store is required")
+	case o.ManifestSeq == nil:
+		return errors.New("checkpoint: RenewerOptions.ManifestSeq is required")
+	case o.TTL > MaxSpan:
+		return fmt.Errorf("checkpoint: reader TTL %v exceeds %v", o.TTL, MaxSpan)
+	}
+	return ValidName(o.Name)
+}
+
+// Renewer keeps a reader's ephemeral checkpoint alive: Start writes it,
+// a worker renews it every TTL/3, Close stops the worker and removes it.
+type Renewer struct {
+	o      RenewerOptions
+	ctx    context.Context
+	cancel context.CancelFunc
+	notify chan struct{}
+	wg     sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		started, closed bool
+		rec             Record // last record written
+		lastErr         error
+		renewals        int
+	}
+}
+
+// NewRenewer validates o and returns a Renewer that has not started.
+func NewRenewer(o RenewerOptions) (*Renewer, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Renewer{o: o, notify: make(chan struct{}, 1)}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r, nil
+}
+
+// Start writes the record and starts the renewal worker. It returns the
+// error of the first write, in which case nothing was started.
+func (r *Renewer) Start(ctx context.Context) error {
+	r.mu.Lock()
+	if r.mu.started || r.mu.closed {
+		r.mu.Unlock()
+		return errors.New("checkpoint: Renewer already started or closed")
+	}
+	r.mu.Unlock()
+	seq := r.o.ManifestSeq()
+	if seq == 0 {
+		return fmt.Errorf("checkpoint: reader %q: replica has no manifest to pin", r.o.Name)
+	}
+	rec, err := r.pin(ctx, seq)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return errors.New("checkpoint: Renewer closed during Start")
+	}
+	r.mu.started, r.mu.rec = true, rec
+	r.wg.Add(1)
+	go r.loop()
+	return nil
+}
+
+// Record returns the record last written.
+func (r *Renewer) Record() Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.rec
+}
+
+// Err returns the error of the last renewal attempt, nil after a success.
+func (r *Renewer) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.lastErr
+}
+
+// Renewals counts successful renewals and re-pins since Start.
+func (r *Renewer) Renewals() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.renewals
+}
+
+// Close stops the worker, waits for it, and removes the record if it is
+// still the one this Renewer wrote. It is safe to call more than once.
+func (r *Renewer) Close() error {
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.closed = true
+	started, mine := r.mu.started, r.mu.rec
+	r.mu.Unlock()
+	r.cancel()
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+	r.wg.Wait()
+	if !started {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cur, err := Get(ctx, r.o.Store, r.o.Name)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: reader %q: not removed: %w", r.o.Name, err)
+	}
+	if cur.Kind != Ephemeral || !cur.CreateTime.Equal(mine.CreateTime) || cur.ManifestSeq != mine.ManifestSeq {
+		return nil // someone else's now
+	}
+	if err := r.o.Store.Delete(ctx, Key(r.o.Name)); err != nil {
+		return fmt.Errorf("checkpoint: reader %q: not removed: %w", r.o.Name, err)
+	}
+	return nil
+}
+
+func (r *Renewer) loop() {
+	defer r.wg.Done()
+	wait := r.o.TTL / 3
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-r.notify:
+			continue
+		case <-r.o.Clock.After(wait):
+		}
+		err := r.renew()
+		r.mu.Lock()
+		r.mu.lastErr = err
+		if err == nil {
+			r.mu.renewals++
+		}
+		r.mu.Unlock()
+		wait = r.o.TTL / 3
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return
+			}
+			r.o.Logger.Warn("checkpoint: reader checkpoint renewal failed; retrying", "name", r.o.Name, "err", err)
+			wait = min(wait, retryAfterFailure)
+		}
+	}
+}
+
+// renew runs one renewal: re-pin when the replica moved, otherwise move
+// ExpireTime; a vanished record (pruned) or a span grown too long is
+// re-pinned.
+func (r *Renewer) renew() error {
+	ctx, cancel := context.WithTimeout(r.ctx, max(r.o.TTL/3, time.Second))
+	defer cancel()
+	cur := r.Record()
+	seq := r.o.ManifestSeq()
+	if seq == 0 {
+		seq = cur.ManifestSeq
+	}
+	if seq == cur.ManifestSeq {
+		now := r.o.Clock.Now()
+		err := Renew(ctx, r.o.Store, r.o.Name, r.o.TTL, now)
+		if err == nil {
+			cur.ExpireTime = now.UTC().Add(r.o.TTL)
+			r.mu.Lock()
+			r.mu.rec = cur
+			r.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidSpan) {
+			return err
+		}
+	}
+	rec, err := r.pin(ctx, seq)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.mu.rec = rec
+	r.mu.Unlock()
+	return nil
+}
+
+// pin writes a fresh record pinning seq: put-if-absent, or a conditional
+// replacement of an existing ephemeral record of the same name.
+func (r *Renewer) pin(ctx context.Context, seq uint64) (Record, error) {
+	now := r.o.Clock.Now().UTC()
+	rec := Record{Name: r.o.Name, Kind: Ephemeral, ManifestSeq: seq, CreateTime: now, ExpireTime: now.Add(r.o.TTL)}
+	b, err := encodeRecord(rec)
+	if err != nil {
+		return Record{}, err
+	}
+	key := Key(r.o.Name)
+	opts := objstore.PutOptions{IfAbsent: true}
+	old, etag, err := getTagged(ctx, r.o.Store, r.o.Name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, ErrMalformed):
+		return Record{}, fmt.Errorf("checkpoint: reader %q: existing record is malformed; not replacing it: %w", r.o.Name, err)
+	case err != nil:
+		return Record{}, err
+	case old.Kind != Ephemeral:
+		return Record{}, fmt.Errorf("checkpoint: reader %q: a %s checkpoint has that name", r.o.Name, old.Kind)
+	default:
+		opts = objstore.PutOptions{IfMatch: etag}
+	}
+	if _, err := r.o.Store.Put(ctx, key, b, opts); err != nil {
+		return Record{}, fmt.Errorf("checkpoint: reader %q: write record: %w", r.o.Name, err)
+	}
+	return rec, nil
+}
