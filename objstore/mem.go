@@ -65,7 +65,7 @@ func (m *Mem) GetRange(_ context.Context, key string, off, length int64) ([]byte
 	if !ok {
 		return nil, fmt.Errorf("get %s: %w", key, ErrNotFound)
 	}
-	if off < 0 || length < 0 || off+length > int64(len(o.data)) {
+	if off < 0 || length < 0 || off > int64(len(o.data)) || length > int64(len(o.data))-off {
 		return nil, fmt.Errorf("get %s: range [%d,+%d) outside object of %d bytes", key, off, length, len(o.data))
 	}
 	return append([]byte(nil), o.data[off:off+length]...), nil

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -515,7 +516,7 @@ func readBody(r io.Reader, size int64, op, key string, s *S3) ([]byte, error) {
 
 // GetRange implements Store with a "bytes=a-b" ranged GET.
 func (s *S3) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
-	if off < 0 || length < 0 {
+	if off < 0 || length < 0 || off > math.MaxInt64-length {
 		return nil, fmt.Errorf("get %s: invalid range [%d,+%d)", key, off, length)
 	}
 	if length == 0 {

@@ -140,8 +140,9 @@ func TestS3DeleteManyBatches(t *testing.T) {
 	ctx := context.Background()
 	s := newS3(t, srv.Config("dm"))
 	const n = 1005
+	t0 := time.Now()
 	keys := make([]string, n)
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, 4)
 	errc := make(chan error, n)
 	for i := range n {
 		keys[i] = fmt.Sprintf("segments/%02x/%05d", i%256, i)
@@ -157,6 +158,7 @@ func TestS3DeleteManyBatches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	t.Logf("puts done after %v", time.Since(t0))
 	c := objstore.NewCounting(s)
 	if err := c.DeleteMany(ctx, append(keys, "segments/missing")); err != nil {
 		t.Fatal(err)
@@ -165,6 +167,7 @@ func TestS3DeleteManyBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("delete and list done after %v", time.Since(t0))
 	if len(objs) != 0 {
 		t.Fatalf("%d objects left after DeleteMany", len(objs))
 	}

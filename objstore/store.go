@@ -43,8 +43,12 @@ type PutOptions struct {
 
 // ObjectInfo describes one stored object.
 type ObjectInfo struct {
-	Key     string
-	Size    int64
+	Key  string
+	Size int64
+	// ETag identifies the object's content, unquoted. It is the hex MD5 of
+	// the content for Mem, Local and single-part S3 objects, and S3's
+	// "md5-of-part-md5s-N" for multipart ones: compare it, use it for
+	// IfMatch, but do not treat it as a content hash.
 	ETag    string
 	ModTime time.Time
 }

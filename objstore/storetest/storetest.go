@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
 	"slices"
 	"sort"
@@ -153,7 +154,7 @@ func testGetRange(t *testing.T, s objstore.Store) {
 			t.Fatalf("GetRange(%d, %d) returned wrong bytes (%d long)", r[0], r[1], len(got))
 		}
 	}
-	for _, r := range [][2]int64{{995, 10}, {1001, 0}, {1000, 1}, {-1, 5}, {0, 1001}, {0, -1}} {
+	for _, r := range [][2]int64{{995, 10}, {1001, 0}, {1000, 1}, {-1, 5}, {0, 1001}, {0, -1}, {1, math.MaxInt64}, {math.MaxInt64, 1}} {
 		if got, err := s.GetRange(ctx, "segments/00/r", r[0], r[1]); err == nil {
 			t.Fatalf("GetRange(%d, %d) past the end = %d bytes, nil; want an error", r[0], r[1], len(got))
 		} else if objstore.IsNotFound(err) {
