@@ -1,0 +1,532 @@
+// Package tests holds the end-to-end tests: the real ebbfs binary, real
+// FUSE mounts, a real S3 server and real NBD clients.
+//
+// They need root, /dev/fuse and fusermount3 (scripts/install-deps.sh
+// installs what is missing). Outside CI a missing prerequisite skips the
+// tests with the reason; with CI=true it fails them.
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	binDir   string // holds ebbfs and the mount.fuse.ebbfs symlink
+	ebbfsBin string
+	noRun    string // why the tests cannot run here ("" when they can)
+)
+
+const (
+	mountTimeout = 60 * time.Second
+	exitTimeout  = 60 * time.Second
+	cmdTimeout   = 2 * time.Minute
+	testPassword = "e2e password, long enough"
+)
+
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	noRun = prerequisites()
+	if noRun != "" && inCI() {
+		fmt.Fprintf(os.Stderr, "tests: cannot run the end-to-end tests: %s (run scripts/install-deps.sh as root)\n", noRun)
+		return 1
+	}
+	if noRun == "" {
+		dir, err := os.MkdirTemp("", "ebbfs-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		binDir = dir
+		ebbfsBin = filepath.Join(dir, "ebbfs")
+		cmd := exec.Command("go", "build", "-o", ebbfsBin, "ebbfs.dev/ebbfs/cmd/ebbfs")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "tests: building ebbfs: %v\n", err)
+			return 1
+		}
+		if err := os.Symlink("ebbfs", filepath.Join(dir, "mount.fuse.ebbfs")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+func prerequisites() string {
+	if os.Geteuid() != 0 {
+		return "not running as root"
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return "/dev/fuse is missing"
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		return "fusermount3 is not installed (package fuse3)"
+	}
+	return ""
+}
+
+// need skips (or, in CI, fails) a test whose tool is missing.
+func need(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if inCI() {
+				t.Fatalf("%s is not installed; scripts/install-deps.sh installs it", tool)
+			}
+			t.Skipf("%s is not installed; scripts/install-deps.sh installs it", tool)
+		}
+	}
+}
+
+// env is one filesystem: a config, a store, a cache and a mountpoint.
+type env struct {
+	t        *testing.T
+	dir      string
+	cfg      string
+	store    string // local store directory ("" for S3)
+	cache    string
+	mnt      string
+	nbdAddr  string
+	admin    string
+	extraEnv []string
+	storage  string // the [storage] section
+}
+
+type envOption func(*env)
+
+// withS3 points the store at an S3 server.
+func withS3(endpoint, region, bucket, prefix, access, secret string) envOption {
+	return func(e *env) {
+		e.store = ""
+		e.storage = fmt.Sprintf("url = %q\nendpoint = %q\nregion = %q\n", "s3://"+bucket+"/"+prefix, endpoint, region)
+		e.extraEnv = append(e.extraEnv, "AWS_ACCESS_KEY_ID="+access, "AWS_SECRET_ACCESS_KEY="+secret, "AWS_EC2_METADATA_DISABLED=true")
+	}
+}
+
+func newEnv(t *testing.T, opts ...envOption) *env {
+	t.Helper()
+	if noRun != "" {
+		t.Skipf("end-to-end tests need: %s", noRun)
+	}
+	// Short paths: unix sockets live in the cache directory.
+	dir, err := os.MkdirTemp("", "ebbfs-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() && os.Getenv("EBBFS_E2E_KEEP") != "" {
+			t.Logf("kept %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	e := &env{
+		t:       t,
+		dir:     dir,
+		cfg:     filepath.Join(dir, "ebbfs.toml"),
+		store:   filepath.Join(dir, "store"),
+		cache:   filepath.Join(dir, "cache"),
+		mnt:     filepath.Join(dir, "mnt"),
+		nbdAddr: freeAddr(t),
+		admin:   freeAddr(t),
+	}
+	e.storage = fmt.Sprintf("url = %q\n", "file://"+e.store)
+	for _, o := range opts {
+		o(e)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "password"), []byte(testPassword+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(e.mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig("")
+	return e
+}
+
+// writeConfig writes the config file; extra is appended verbatim.
+func (e *env) writeConfig(extra string) {
+	e.t.Helper()
+	cfg := fmt.Sprintf(`[storage]
+%s
+[encryption]
+password_file = "password"
+
+[cache]
+dir = %q
+memory_size = "64MiB"
+disk_size = "1GiB"
+
+[mount]
+path = %q
+
+[metadata]
+flush_interval = "200ms"
+
+[nbd]
+listen = [%q]
+
+[admin]
+listen = %q
+%s`, e.storage, e.cache, e.mnt, e.nbdAddr, e.admin, extra)
+	if err := os.WriteFile(e.cfg, []byte(cfg), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// result is a finished command.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+func (e *env) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), e.extraEnv...)
+	cmd.Env = append(cmd.Env, "EBBFS_PASSWORD=", "EBBFS_LOG_LEVEL=debug")
+	cmd.Dir = e.dir
+	return cmd
+}
+
+// run runs a command to completion.
+func (e *env) run(name string, args ...string) result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	cmd := e.command(ctx, name, args...)
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	r := result{stdout: so.String(), stderr: se.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		e.t.Fatalf("%s %v: %v", name, args, err)
+	}
+	if ctx.Err() != nil {
+		e.t.Fatalf("%s %v timed out after %s\n%s", name, args, cmdTimeout, r)
+	}
+	return r
+}
+
+// ebbfs runs an ebbfs subcommand with this env's config.
+func (e *env) ebbfs(sub string, args ...string) result {
+	e.t.Helper()
+	return e.run(ebbfsBin, append([]string{sub, "-c", e.cfg}, args...)...)
+}
+
+// mustEbbfs runs a subcommand that must succeed.
+func (e *env) mustEbbfs(sub string, args ...string) result {
+	e.t.Helper()
+	r := e.ebbfs(sub, args...)
+	if r.code != 0 {
+		e.t.Fatalf("ebbfs %s failed: %s", sub, r)
+	}
+	return r
+}
+
+func (e *env) init() {
+	e.t.Helper()
+	r := e.mustEbbfs("init")
+	if !strings.Contains(r.stdout, "initialized") {
+		e.t.Fatalf("ebbfs init printed %q", r.stdout)
+	}
+}
+
+// syncBuffer is a goroutine-safe output buffer.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a running "ebbfs run".
+type proc struct {
+	e      *env
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	done   chan struct{}
+	code   int
+	waited bool
+}
+
+// start starts "ebbfs run" and returns without waiting for the mount.
+func (e *env) start(args ...string) *proc {
+	e.t.Helper()
+	cmd := e.command(context.Background(), ebbfsBin, append([]string{"run", "-c", e.cfg}, args...)...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{e: e, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.code = 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			p.code = ee.ExitCode()
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				p.code = 128 + int(ws.Signal())
+			}
+		} else if err != nil {
+			p.code = -1
+		}
+		close(p.done)
+	}()
+	e.t.Cleanup(func() {
+		p.kill()
+		e.forceUnmount()
+		if e.t.Failed() {
+			e.t.Logf("ebbfs run %v output:\n%s", args, out.String())
+		}
+	})
+	return p
+}
+
+// mount starts "ebbfs run" and waits until the mount is up.
+func (e *env) mount(args ...string) *proc {
+	e.t.Helper()
+	p := e.start(args...)
+	p.waitMounted()
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) waitMounted() {
+	p.e.t.Helper()
+	deadline := time.Now().Add(mountTimeout)
+	for time.Now().Before(deadline) {
+		if p.exited() {
+			p.e.t.Fatalf("ebbfs run exited with %d before mounting:\n%s", p.code, p.out.String())
+		}
+		if isMounted(p.e.mnt) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.e.t.Fatalf("%s not mounted after %s:\n%s", p.e.mnt, mountTimeout, p.out.String())
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait() int {
+	p.e.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(exitTimeout):
+		p.e.t.Fatalf("ebbfs run did not exit within %s:\n%s", exitTimeout, p.out.String())
+		return -1
+	}
+}
+
+// stop sends SIGTERM and requires exit 0 and the mount gone.
+func (p *proc) stop() {
+	p.e.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		p.e.t.Fatal(err)
+	}
+	if code := p.wait(); code != 0 {
+		p.e.t.Fatalf("ebbfs run exited with %d after SIGTERM, want 0:\n%s", code, p.out.String())
+	}
+	if isMounted(p.e.mnt) {
+		p.e.t.Fatalf("%s still mounted after ebbfs run exited", p.e.mnt)
+	}
+}
+
+// kill sends SIGKILL (a crash) and waits for the process to die.
+func (p *proc) kill() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+	case <-time.After(exitTimeout):
+	}
+}
+
+// forceUnmount removes whatever is mounted at the mountpoint.
+func (e *env) forceUnmount() {
+	for i := 0; i < 10 && isMounted(e.mnt); i++ {
+		_ = exec.Command("fusermount3", "-u", "-z", e.mnt).Run()
+		if isMounted(e.mnt) {
+			_ = syscall.Unmount(e.mnt, syscall.MNT_DETACH)
+		}
+	}
+}
+
+// mountEntry returns the mountinfo fstype of mountpoint p, or "".
+func mountType(p string) string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	typ := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, x := range fields {
+			if x == "-" && i > 4 && i+1 < len(fields) && unescape(fields[4]) == p {
+				typ = fields[i+1]
+				break
+			}
+		}
+	}
+	return typ
+}
+
+func unescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isMounted(p string) bool { return mountType(p) == "fuse.ebbfs" }
+
+// storeTree records every file under the local store: path -> size, mode,
+// mtime and content.
+func (e *env) storeTree() map[string]string {
+	e.t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(e.store, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(e.store, p)
+		desc := fmt.Sprintf("%v %d %d", fi.Mode(), fi.Size(), fi.ModTime().UnixNano())
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			desc += " " + string(b)
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// storeFiles returns every regular file under root with its content.
+func storeFiles(t *testing.T, root string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out[p] = b
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (e *env) path(rel string) string { return filepath.Join(e.mnt, rel) }
+
+func writeFile(t *testing.T, p string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// fsyncFile fsyncs a file (the durability barrier through FUSE).
+func fsyncFile(t *testing.T, p string) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync %s: %v", p, err)
+	}
+}
