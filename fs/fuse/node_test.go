@@ -145,7 +145,7 @@ func TestSetgidDirectoryInheritance(t *testing.T) {
 	if err := os.Chown(d, 0, 4242); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(d, 0o2775); err != nil {
+	if err := unix.Chmod(d, 0o2775); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(m.path("shared", "f"), nil, 0o644); err != nil {
@@ -210,7 +210,7 @@ func TestWriteClearsSetuidForNonRoot(t *testing.T) {
 	if err := os.Chown(p, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(p, 0o6775); err != nil {
+	if err := unix.Chmod(p, 0o6775); err != nil {
 		t.Fatal(err)
 	}
 	// Root writing keeps the bits (CAP_FSETID).
@@ -221,7 +221,7 @@ func TestWriteClearsSetuidForNonRoot(t *testing.T) {
 		t.Fatalf("root write changed mode to %o", st.Mode&0o7777)
 	}
 	for _, flags := range []int{0, unix.O_DIRECT} {
-		if err := os.Chmod(p, 0o6775); err != nil {
+		if err := unix.Chmod(p, 0o6775); err != nil {
 			t.Fatal(err)
 		}
 		if err := asUser(t, 1000, 1000, func() error { return appendToFlags(p, "# user\n", flags) }); err != nil {
