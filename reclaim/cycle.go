@@ -1,0 +1,387 @@
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"ebbfs.dev/ebbfs/checkpoint"
+	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/lsm"
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// CycleStats summarises one reclamation cycle (logged at info level).
+type CycleStats struct {
+	Start    time.Time
+	Duration time.Duration
+	Cutoff   uint64
+
+	Counters     int // counters scanned
+	Dead         int // dead segments seen (below the cutoff)
+	NewDeadlines int // dead segments given a deadline this cycle
+	Deleted      int // objects deleted
+	StaleDropped int // counters dropped because the object was gone
+	Repaired     int // under-counted counters repaired
+	Kept         int // due segments kept after a read error
+
+	Repacks         int   // repack jobs completed
+	RepackFailed    int   // repack jobs failed
+	RelocatedFrames int   // pointers moved to repack outputs
+	RelocatedBytes  int64 // frame bytes moved
+	BytesFreed      int64 // object bytes deleted
+
+	Paused   bool     // a persistent checkpoint paused deletion and repack
+	PinnedBy []string // those checkpoints
+	Blocked  string   // why the cycle reclaimed nothing ("" if it ran)
+	Retry    bool     // the cycle asks to run again after RetryDelay
+
+	Requests objstore.Counts // requests this cycle sent
+}
+
+// counterEntry is one scanned segment counter.
+type counterEntry struct {
+	id                uint64
+	live, total, size int64
+}
+
+func (c counterEntry) dead() bool { return c.live <= 0 }
+
+// cycle runs one reclamation cycle.
+func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
+	st.Start = r.clk.Now()
+	mono0 := r.clk.Mono()
+	req0 := r.store.Snapshot()
+	defer func() {
+		st.Duration = r.clk.Mono() - mono0
+		st.Requests = r.store.Snapshot().Sub(req0)
+		r.logCycle(st, err)
+	}()
+
+	// Seal and flush, so that current == durable for every segment the
+	// scan can see, then capture the cutoff.
+	if err := r.host.Seal(ctx); err != nil {
+		return st, fmt.Errorf("reclaim: seal: %w", err)
+	}
+	if err := r.host.Barrier(ctx); err != nil {
+		return st, fmt.Errorf("reclaim: barrier: %w", err)
+	}
+	st.Cutoff = r.host.SegmentCutoff()
+	failpoint.Hit("cycle-after-barrier")
+
+	recs, err := r.opts.Checkpoints.List(ctx)
+	if err != nil {
+		st.Blocked = "checkpoint list unreadable"
+		return st, fmt.Errorf("reclaim: checkpoint list unreadable, reclaiming nothing: %w", err)
+	}
+	h, err := checkpoint.HorizonOf(recs)
+	if err != nil {
+		st.Blocked = "invalid checkpoint record"
+		return st, fmt.Errorf("reclaim: reclaiming nothing: %w", err)
+	}
+	st.Paused, st.PinnedBy = h.Paused, h.PinnedBy
+
+	entries, err := r.scanCounters()
+	if err != nil {
+		return st, fmt.Errorf("reclaim: counter scan: %w", err)
+	}
+	st.Counters = len(entries)
+	failpoint.Hit("cycle-after-scan")
+
+	now := r.clk.Mono()
+	var due []counterEntry
+	var cands []counterEntry
+	blocked := false
+	r.mu.Lock()
+	seenDead := make(map[uint64]bool)
+	for _, c := range entries {
+		if c.id >= st.Cutoff {
+			continue
+		}
+		if c.dead() {
+			st.Dead++
+			seenDead[c.id] = true
+			d, ok := r.mu.deadlines[c.id]
+			switch {
+			case h.Paused:
+				blocked = true
+			case !ok:
+				r.mu.deadlines[c.id] = now + h.Grace
+				st.NewDeadlines++
+			case d <= now:
+				due = append(due, c)
+			}
+			continue
+		}
+		if r.isCandidate(c) {
+			if h.Paused {
+				blocked = true
+			} else {
+				cands = append(cands, c)
+			}
+		}
+	}
+	for id := range r.mu.deadlines {
+		if !seenDead[id] {
+			// Gone (deleted, dropped) or no longer dead (repaired).
+			delete(r.mu.deadlines, id)
+		}
+	}
+	r.mu.Unlock()
+	if blocked {
+		st.Blocked = "paused by persistent checkpoint"
+		st.Retry = true
+		return st, nil
+	}
+
+	var errs []error
+	if len(due) > 0 {
+		if err := r.deleteDue(ctx, due, &st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(cands) > 0 && !r.closed() {
+		if err := r.repack(ctx, cands, &st); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return st, errors.Join(errs...)
+}
+
+func (r *Reclaimer) isCandidate(c counterEntry) bool {
+	if c.total <= 0 || c.size <= 0 {
+		return false
+	}
+	if c.size < SmallSegment {
+		return true
+	}
+	deadFrames := c.total - c.live
+	return deadFrames*100 > int64(r.opts.MinDeadPercent)*c.total
+}
+
+// scanCounters reads every segment counter in key order. It sends no
+// requests. Malformed records are reported and skipped (never acted on).
+func (r *Reclaimer) scanCounters() ([]counterEntry, error) {
+	lo, hi := schema.PrefixRange(schema.PCounter)
+	it, err := r.host.DB().NewIter(lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []counterEntry
+	for ok := it.First(); ok; ok = it.Next() {
+		id, err := schema.ParseU64Key(it.Key(), schema.PCounter)
+		if err != nil {
+			r.log.Error("reclaim: malformed counter key; skipping it", "key", fmt.Sprintf("%x", it.Key()))
+			continue
+		}
+		live, total, size, err := lsm.DecodeCounter(it.Value())
+		if err != nil {
+			r.log.Error("reclaim: malformed counter; skipping its segment", "segment", fmt.Sprintf("%016x", id), "err", err)
+			continue
+		}
+		out = append(out, counterEntry{id: id, live: live, total: total, size: size})
+	}
+	return out, it.Error()
+}
+
+// deleteDue verifies and deletes dead segments whose deadline passed,
+// DeleteParallel at a time.
+func (r *Reclaimer) deleteDue(ctx context.Context, due []counterEntry, st *CycleStats) error {
+	sort.Slice(due, func(i, j int) bool { return due[i].id < due[j].id })
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	sem := make(chan struct{}, DeleteParallel)
+	for _, c := range due {
+		if r.closed() || ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(c counterEntry) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out, err := r.deleteDead(ctx, c)
+			mu.Lock()
+			defer mu.Unlock()
+			switch out {
+			case outDeleted:
+				st.Deleted++
+				st.BytesFreed += c.size
+			case outStale:
+				st.StaleDropped++
+			case outRepaired:
+				st.Repaired++
+			case outKept:
+				st.Kept++
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}(c)
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+type deleteOutcome int
+
+const (
+	outNone deleteOutcome = iota
+	outDeleted
+	outStale
+	outRepaired
+	outKept
+)
+
+// deleteDead deletes one dead segment: directory check, DELETE, and only
+// then the counter. Any doubt keeps the segment (and its deadline).
+func (r *Reclaimer) deleteDead(ctx context.Context, c counterEntry) (deleteOutcome, error) {
+	seg := fmt.Sprintf("%016x", c.id)
+	size := c.size
+	if size <= 0 {
+		// A counter without a recorded size (it should not exist): ask
+		// the store rather than guess.
+		info, err := r.store.Head(ctx, segKey(c.id))
+		if objstore.IsNotFound(err) {
+			return r.dropCounter(c.id, "object is gone and its counter has no size")
+		}
+		if err != nil {
+			return outKept, fmt.Errorf("reclaim: segment %s: head: %w", seg, err)
+		}
+		size = info.Size
+	}
+	_, entries, err := r.readDirectory(ctx, c.id, size)
+	if objstore.IsNotFound(err) {
+		return r.dropCounter(c.id, "object already gone")
+	}
+	if err != nil {
+		r.log.Warn("reclaim: cannot read a dead segment's directory; keeping it", "segment", seg, "err", err)
+		return outKept, fmt.Errorf("reclaim: segment %s: %w", seg, err)
+	}
+	ref, err := r.lookup(c.id, entries)
+	if err != nil {
+		return outKept, fmt.Errorf("reclaim: segment %s: pointer check: %w", seg, err)
+	}
+	if !ref.counterFound {
+		return outNone, nil // removed meanwhile; nothing to do
+	}
+	if ref.refs > 0 || ref.counterLive != 0 {
+		if ref.refs == 0 && ref.counterLive > 0 {
+			// The counter says live now although the scan said dead, and
+			// no pointer refers to the segment: doubt. Keep it.
+			r.log.Error("reclaim: dead segment's counter changed to live without references; keeping it", "segment", seg, "live", ref.counterLive)
+			return outKept, nil
+		}
+		if ref.refs > 0 {
+			return r.repairCounter(c.id, ref)
+		}
+		// Negative live bytes and no references: over-debited but
+		// unreferenced, so deletion is safe; note it.
+		r.log.Warn("reclaim: dead segment's counter is negative", "segment", seg, "live", ref.counterLive)
+	}
+	failpoint.Hit("delete-after-verify")
+	if err := r.store.Delete(ctx, segKey(c.id)); err != nil {
+		r.log.Warn("reclaim: delete of a dead segment failed; keeping it for a retry", "segment", seg, "err", err)
+		return outKept, fmt.Errorf("reclaim: segment %s: delete: %w", seg, err)
+	}
+	r.host.Reader().Forget(c.id)
+	failpoint.Hit("delete-after-object-delete")
+	b := r.host.DB().NewBatch()
+	defer b.Close()
+	if err := b.Delete(schema.CounterKey(c.id)); err != nil {
+		return outDeleted, err
+	}
+	if err := r.host.DB().Commit(b); err != nil {
+		// The next scan finds a counter whose object is NotFound and
+		// drops it.
+		return outDeleted, fmt.Errorf("reclaim: segment %s deleted, counter removal failed: %w", seg, err)
+	}
+	r.forgetDeadline(c.id)
+	return outDeleted, nil
+}
+
+func (r *Reclaimer) forgetDeadline(id uint64) {
+	r.mu.Lock()
+	delete(r.mu.deadlines, id)
+	r.mu.Unlock()
+}
+
+// dropCounter removes the counter of a dead segment whose object is gone.
+func (r *Reclaimer) dropCounter(id uint64, why string) (deleteOutcome, error) {
+	b := r.host.DB().NewBatch()
+	defer b.Close()
+	if err := b.Delete(schema.CounterKey(id)); err != nil {
+		return outKept, err
+	}
+	if err := r.host.DB().Commit(b); err != nil {
+		return outKept, fmt.Errorf("reclaim: segment %016x: dropping stale counter: %w", id, err)
+	}
+	r.forgetDeadline(id)
+	r.log.Info("reclaim: dropped stale counter", "segment", fmt.Sprintf("%016x", id), "reason", why)
+	return outStale, nil
+}
+
+// repairCounter sets the counter's live bytes to the sum of the frames its
+// current pointers reference, with a merge delta computed in the same
+// consistent view as that sum (so concurrent debits stay correct).
+func (r *Reclaimer) repairCounter(id uint64, ref lookupResult) (deleteOutcome, error) {
+	delta := ref.refBytes - ref.counterLive
+	b := r.host.DB().NewBatch()
+	defer b.Close()
+	if err := b.Merge(schema.CounterKey(id), lsm.CounterDelta(delta, 0, 0)); err != nil {
+		return outKept, err
+	}
+	if err := r.host.DB().Commit(b); err != nil {
+		return outKept, fmt.Errorf("reclaim: segment %016x: counter repair: %w", id, err)
+	}
+	r.forgetDeadline(id)
+	r.log.Error("reclaim: segment counter under-counted live data; kept the segment and repaired its counter",
+		"segment", fmt.Sprintf("%016x", id), "counter_live", ref.counterLive, "true_live", ref.refBytes, "references", ref.refs)
+	return outRepaired, nil
+}
+
+func (r *Reclaimer) logCycle(st CycleStats, err error) {
+	attrs := []any{
+		"deletes", st.Deleted, "repacks", st.Repacks, "relocated_frames", st.RelocatedFrames,
+		"bytes_freed", st.BytesFreed, "duration", st.Duration,
+		"counters", st.Counters, "dead", st.Dead, "new_deadlines", st.NewDeadlines,
+	}
+	if st.StaleDropped > 0 {
+		attrs = append(attrs, "stale_counters", st.StaleDropped)
+	}
+	if st.Repaired > 0 {
+		attrs = append(attrs, "repaired", st.Repaired)
+	}
+	if st.Kept > 0 {
+		attrs = append(attrs, "kept_on_error", st.Kept)
+	}
+	if st.RepackFailed > 0 {
+		attrs = append(attrs, "repack_failed", st.RepackFailed)
+	}
+	if st.Blocked != "" {
+		attrs = append(attrs, "blocked", st.Blocked)
+	}
+	if st.Paused {
+		attrs = append(attrs, "paused_by", st.PinnedBy)
+	}
+	attrs = append(attrs, requestsAttr(st.Requests))
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	r.log.Info("reclaim: cycle", attrs...)
+}
+
+// requestsAttr renders request counts by kind as one log group.
+func requestsAttr(c objstore.Counts) slog.Attr {
+	return slog.Group("requests", "get_range", c.GetRange, "get", c.Get, "put", c.Put,
+		"delete", c.Delete, "head", c.Head, "list", c.List, "bytes_down", c.BytesDown, "bytes_up", c.BytesUp)
+}

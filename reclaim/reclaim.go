@@ -1,0 +1,393 @@
+// Package reclaim is stage 2 and the orphan sweep of ebbfs space
+// reclamation (DESIGN sections 7 and 8): the segment reclamation cycle
+// (dead-segment deletion and repack), the daily orphan sweep, and the
+// scheduler that runs both on one worker goroutine. Stage 1 (the tombstone
+// cleaner) lives in fs; stage 3 (metadata objects) in metagc*.go.
+//
+// The package talks to the filesystem engine only through Host, so it does
+// not import fs. Time comes from an injected clock; deadlines are on
+// monotonic time.
+//
+// Persisted state: the wall time of the last completed orphan sweep, under
+// the system key "s" + "reclaim.last-sweep" (8-byte big-endian Unix
+// nanoseconds). Deadlines live in memory only: after a restart, dead
+// segments get a fresh full grace period.
+package reclaim
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+// ErrClosed is returned by RunNow and SweepNow after Close.
+var ErrClosed = errors.New("reclaim: closed")
+
+// Reclaimer runs reclamation cycles and orphan sweeps for one writer.
+type Reclaimer struct {
+	opts  Options
+	host  Host
+	clk   clock.Clock
+	log   *slog.Logger
+	store *objstore.Counting // every request reclamation sends goes through it
+	rd    *segment.Reader    // uncached reader over store, for repack fetches
+	meta  chan struct{}      // MetaParallel tokens shared by all jobs
+
+	notify chan struct{} // buffered 1, written without blocking
+	done   chan struct{} // closed when the worker exits
+	stop   context.CancelFunc
+	ctx    context.Context // cancelled by Close: ends non-admitted work
+
+	mu struct {
+		sync.Mutex
+		started, closed bool
+		pending         bool          // a trigger arrived since the last cycle started
+		ranCycle        bool          // lastCycle is valid
+		lastCycle       time.Duration // Mono at the start of the last cycle
+		retryAt         time.Duration // 0: none
+		deadlines       map[uint64]time.Duration
+		sweepAt         time.Duration // Mono when the next sweep is due
+		sweepKnown      bool          // sweepAt is valid
+		sweepFailures   int
+		lastSweep       time.Time // wall time of the last completed sweep (zero: unknown)
+		runReqs         []chan cycleResult
+		sweepReqs       []chan sweepResult
+		lastStats       CycleStats
+		cycles          int
+		sweeps          int
+		busy            bool
+	}
+
+	chunkForTests int // repoint chunk size override (tests)
+
+	// sleepingUntil is for tests: the Mono the worker waits for (-1: no
+	// timer, just events; -2: running).
+	sleepingUntil atomic.Int64
+}
+
+type cycleResult struct {
+	stats CycleStats
+	err   error
+}
+
+type sweepResult struct {
+	stats SweepStats
+	err   error
+}
+
+// New checks o and returns a stopped Reclaimer.
+func New(o Options) (*Reclaimer, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	cs := objstore.NewCounting(o.Store)
+	if o.Checkpoints == nil {
+		o.Checkpoints = storeCheckpoints{cs}
+	}
+	rd, err := segment.NewReader(segment.ReaderOptions{Store: cs, Keys: o.Keys, MemoryBytes: -1, Logger: o.Logger})
+	if err != nil {
+		return nil, err
+	}
+	r := &Reclaimer{
+		opts:   o,
+		host:   o.Host,
+		clk:    o.Clock,
+		log:    o.Logger,
+		store:  cs,
+		rd:     rd,
+		meta:   make(chan struct{}, MetaParallel),
+		notify: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	r.ctx, r.stop = context.WithCancel(context.Background())
+	r.mu.deadlines = map[uint64]time.Duration{}
+	r.sleepingUntil.Store(-2)
+	return r, nil
+}
+
+// Requests returns the requests reclamation has sent so far.
+func (r *Reclaimer) Requests() objstore.Counts { return r.store.Snapshot() }
+
+// Start starts the worker. It schedules one cycle at once and the first
+// orphan sweep from the persisted time of the last one.
+func (r *Reclaimer) Start() {
+	r.mu.Lock()
+	if r.mu.started || r.mu.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.started = true
+	r.mu.pending = true
+	r.mu.Unlock()
+	if !r.opts.DisableSweep {
+		r.scheduleFirstSweep()
+	}
+	go r.worker()
+}
+
+// Close stops new admissions (cycles, sweeps, repack jobs, deletions) and
+// waits for the worker: repack jobs already admitted finish; other work
+// in progress is cancelled (every step is idempotent).
+func (r *Reclaimer) Close() error {
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		<-r.done
+		return nil
+	}
+	r.mu.closed = true
+	started := r.mu.started
+	reqs, sreqs := r.mu.runReqs, r.mu.sweepReqs
+	r.mu.runReqs, r.mu.sweepReqs = nil, nil
+	r.mu.Unlock()
+	for _, c := range reqs {
+		c <- cycleResult{err: ErrClosed}
+	}
+	for _, c := range sreqs {
+		c <- sweepResult{err: ErrClosed}
+	}
+	r.stop()
+	r.kick()
+	if started {
+		<-r.done
+	} else {
+		close(r.done)
+	}
+	return r.rd.Close()
+}
+
+func (r *Reclaimer) kick() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Reclaimer) closed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.closed
+}
+
+// trigger asks for a cycle (coalesced to the flush interval).
+func (r *Reclaimer) trigger() {
+	r.mu.Lock()
+	r.mu.pending = true
+	r.mu.Unlock()
+	r.kick()
+}
+
+// DeadBytes implements fs.Events: a committed batch debited counters.
+func (r *Reclaimer) DeadBytes() { r.trigger() }
+
+// Sealed implements fs.Events: a segment under SmallSegment triggers a
+// cycle (it is a repack candidate).
+func (r *Reclaimer) Sealed(segID uint64, size int64) {
+	if size < SmallSegment {
+		r.trigger()
+	}
+}
+
+// Tombstoned implements fs.Events. The cleaner's debits trigger the cycle
+// (DeadBytes), so a tombstone alone does nothing.
+func (r *Reclaimer) Tombstoned() {}
+
+// Triggers forwards fs.Events to a Reclaimer attached after the engine was
+// opened (the engine needs its Events before the Reclaimer can exist).
+// Events before Attach are remembered as one pending trigger.
+type Triggers struct {
+	r       atomic.Pointer[Reclaimer]
+	missed  atomic.Bool
+	attachM sync.Mutex
+}
+
+// Attach connects t to r.
+func (t *Triggers) Attach(r *Reclaimer) {
+	t.attachM.Lock()
+	defer t.attachM.Unlock()
+	t.r.Store(r)
+	if t.missed.Swap(false) {
+		r.trigger()
+	}
+}
+
+// DeadBytes implements fs.Events.
+func (t *Triggers) DeadBytes() {
+	if r := t.r.Load(); r != nil {
+		r.DeadBytes()
+		return
+	}
+	t.missed.Store(true)
+}
+
+// Sealed implements fs.Events.
+func (t *Triggers) Sealed(segID uint64, size int64) {
+	if r := t.r.Load(); r != nil {
+		r.Sealed(segID, size)
+		return
+	}
+	if size < SmallSegment {
+		t.missed.Store(true)
+	}
+}
+
+// Tombstoned implements fs.Events.
+func (t *Triggers) Tombstoned() {}
+
+// RunNow runs a cycle now (`ebbfs reclaim run`), without waiting for the
+// coalescing interval, and returns its summary. It needs a started
+// Reclaimer.
+func (r *Reclaimer) RunNow(ctx context.Context) (CycleStats, error) {
+	c := make(chan cycleResult, 1)
+	r.mu.Lock()
+	if r.mu.closed || !r.mu.started {
+		r.mu.Unlock()
+		return CycleStats{}, ErrClosed
+	}
+	r.mu.runReqs = append(r.mu.runReqs, c)
+	r.mu.Unlock()
+	r.kick()
+	select {
+	case res := <-c:
+		return res.stats, res.err
+	case <-ctx.Done():
+		return CycleStats{}, ctx.Err()
+	}
+}
+
+// SweepNow runs an orphan sweep now (`ebbfs reclaim sweep`). A completed
+// sweep records its time and schedules the next one SweepInterval later.
+func (r *Reclaimer) SweepNow(ctx context.Context) (SweepStats, error) {
+	c := make(chan sweepResult, 1)
+	r.mu.Lock()
+	if r.mu.closed || !r.mu.started {
+		r.mu.Unlock()
+		return SweepStats{}, ErrClosed
+	}
+	r.mu.sweepReqs = append(r.mu.sweepReqs, c)
+	r.mu.Unlock()
+	r.kick()
+	select {
+	case res := <-c:
+		return res.stats, res.err
+	case <-ctx.Done():
+		return SweepStats{}, ctx.Err()
+	}
+}
+
+// LastCycle returns the summary of the last cycle and how many ran.
+func (r *Reclaimer) LastCycle() (CycleStats, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.lastStats, r.mu.cycles
+}
+
+const never = time.Duration(1<<63 - 1)
+
+// nextCycleLocked returns when the next cycle is due (never: not due).
+func (r *Reclaimer) nextCycleLocked() time.Duration {
+	at := never
+	if r.mu.pending {
+		at = 0
+	}
+	if r.mu.retryAt > 0 {
+		at = min(at, r.mu.retryAt)
+	}
+	for _, d := range r.mu.deadlines {
+		// A deadline that had passed when the last cycle started was that
+		// cycle's business (and its retry's, if it failed).
+		if !r.mu.ranCycle || d > r.mu.lastCycle {
+			at = min(at, d)
+		}
+	}
+	if at != never && r.mu.ranCycle {
+		at = max(at, r.mu.lastCycle+r.opts.FlushInterval)
+	}
+	return at
+}
+
+func (r *Reclaimer) worker() {
+	defer close(r.done)
+	for {
+		r.mu.Lock()
+		if r.mu.closed {
+			r.mu.Unlock()
+			return
+		}
+		now := r.clk.Mono()
+		if len(r.mu.runReqs) > 0 {
+			reqs := r.mu.runReqs
+			r.mu.runReqs = nil
+			r.mu.Unlock()
+			st, err := r.runScheduledCycle()
+			for _, c := range reqs {
+				c <- cycleResult{st, err}
+			}
+			continue
+		}
+		if len(r.mu.sweepReqs) > 0 {
+			reqs := r.mu.sweepReqs
+			r.mu.sweepReqs = nil
+			r.mu.Unlock()
+			st, err := r.runScheduledSweep()
+			for _, c := range reqs {
+				c <- sweepResult{st, err}
+			}
+			continue
+		}
+		if r.mu.sweepKnown && r.mu.sweepAt <= now {
+			r.mu.Unlock()
+			r.runScheduledSweep()
+			continue
+		}
+		next := r.nextCycleLocked()
+		if next <= now {
+			r.mu.Unlock()
+			r.runScheduledCycle()
+			continue
+		}
+		if r.mu.sweepKnown {
+			next = min(next, r.mu.sweepAt)
+		}
+		r.mu.Unlock()
+		var timer <-chan time.Time
+		if next != never {
+			r.sleepingUntil.Store(int64(next))
+			timer = r.clk.After(next - now)
+		} else {
+			r.sleepingUntil.Store(-1)
+		}
+		select {
+		case <-r.notify:
+		case <-timer:
+		}
+		r.sleepingUntil.Store(-2)
+	}
+}
+
+// runScheduledCycle runs one cycle and updates the schedule from it.
+func (r *Reclaimer) runScheduledCycle() (CycleStats, error) {
+	r.mu.Lock()
+	r.mu.pending = false
+	r.mu.ranCycle = true
+	r.mu.lastCycle = r.clk.Mono()
+	r.mu.retryAt = 0
+	r.mu.Unlock()
+	st, err := r.cycle(r.ctx)
+	r.mu.Lock()
+	if (err != nil || st.Retry) && !r.mu.closed {
+		r.mu.retryAt = r.clk.Mono() + RetryDelay
+	}
+	r.mu.lastStats = st
+	r.mu.cycles++
+	r.mu.Unlock()
+	return st, err
+}

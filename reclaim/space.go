@@ -1,0 +1,150 @@
+package reclaim
+
+import (
+	"context"
+	"time"
+
+	"ebbfs.dev/ebbfs/checkpoint"
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+// SpaceReport is what `ebbfs space` shows. Byte counts come from the
+// segment counters (no LIST); the checkpoint part reads the checkpoint
+// list.
+type SpaceReport struct {
+	LiveBytes    int64 // frame bytes live pointers reference
+	SegmentCount int   // segments with a counter
+	SegmentBytes int64 // their object bytes
+
+	// FragmentedBytes are dead frame bytes inside segments that still hold
+	// live data (repack's work).
+	FragmentedBytes int64
+	// DeadSegments / DeadBytes: segments with no live data, and their
+	// object bytes (deletion's work).
+	DeadSegments int
+	DeadBytes    int64
+	// AwaitingSegments / AwaitingBytes: the dead segments that already
+	// have a deadline; EarliestDeadline is when the first is due (wall
+	// clock estimate from monotonic time; zero if none). Dead segments
+	// without a deadline get one at the next cycle.
+	AwaitingSegments int
+	AwaitingBytes    int64
+	EarliestDeadline time.Time
+
+	// Pinned maps each persistent checkpoint to the dead bytes held while
+	// it exists (deletion and repack are paused: every dead byte).
+	Pinned map[string]int64
+	// CheckpointError is set when the checkpoint list could not be read
+	// (Pinned is then unknown).
+	CheckpointError string
+
+	TombstonesPending int   // deleted files whose extents await the cleaner
+	TombstoneBytes    int64 // frame bytes those extents reference
+
+	LastSweep time.Time // last completed orphan sweep (zero: unknown)
+	NextSweep time.Time // when the next one is due (zero: not scheduled)
+
+	// MetaObjects / MetaBytes are filled in by the metadata object GC
+	// (stage 3); Space leaves them zero.
+	MetaObjects int
+	MetaBytes   int64
+}
+
+// Space reports where the filesystem's bytes are.
+func (r *Reclaimer) Space(ctx context.Context) (SpaceReport, error) {
+	var rep SpaceReport
+	entries, err := r.scanCounters()
+	if err != nil {
+		return rep, err
+	}
+	nowMono, nowWall := r.clk.Mono(), r.clk.Now()
+	r.mu.Lock()
+	earliest := never
+	for _, c := range entries {
+		rep.SegmentCount++
+		rep.SegmentBytes += c.size
+		if c.dead() {
+			rep.DeadSegments++
+			rep.DeadBytes += c.size
+			if d, ok := r.mu.deadlines[c.id]; ok {
+				rep.AwaitingSegments++
+				rep.AwaitingBytes += c.size
+				earliest = min(earliest, d)
+			}
+			continue
+		}
+		rep.LiveBytes += c.live
+		rep.FragmentedBytes += max(c.total-c.live, 0)
+	}
+	if earliest != never {
+		rep.EarliestDeadline = nowWall.Add(earliest - nowMono)
+	}
+	rep.LastSweep = r.mu.lastSweep
+	if r.mu.sweepKnown {
+		rep.NextSweep = nowWall.Add(r.mu.sweepAt - nowMono)
+	}
+	r.mu.Unlock()
+
+	recs, err := r.opts.Checkpoints.List(ctx)
+	if err != nil {
+		rep.CheckpointError = err.Error()
+	} else {
+		h, err := checkpoint.HorizonOf(recs)
+		if err != nil {
+			rep.CheckpointError = err.Error()
+		}
+		if len(h.PinnedBy) > 0 {
+			rep.Pinned = map[string]int64{}
+			for _, n := range h.PinnedBy {
+				rep.Pinned[n] = rep.DeadBytes + rep.FragmentedBytes
+			}
+		}
+	}
+
+	if err := r.tombstones(&rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// tombstones counts pending tombstones and the frame bytes of their
+// remaining extents.
+func (r *Reclaimer) tombstones(rep *SpaceReport) error {
+	db := r.host.DB()
+	lo, hi := schema.PrefixRange(schema.PTombstone)
+	it, err := db.NewIter(lo, hi)
+	if err != nil {
+		return err
+	}
+	var inos []uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		if ino, err := schema.ParseU64Key(it.Key(), schema.PTombstone); err == nil {
+			inos = append(inos, ino)
+		}
+	}
+	err = it.Error()
+	it.Close()
+	if err != nil {
+		return err
+	}
+	rep.TombstonesPending = len(inos)
+	for _, ino := range inos {
+		elo, ehi := schema.ExtentRange(ino, 0, 0)
+		it, err := db.NewIter(elo, ehi)
+		if err != nil {
+			return err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			if p, err := segment.UnmarshalPointer(it.Value()); err == nil {
+				rep.TombstoneBytes += int64(p.Length)
+			}
+		}
+		err = it.Error()
+		it.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

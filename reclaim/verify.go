@@ -1,0 +1,96 @@
+package reclaim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"ebbfs.dev/ebbfs/lsm"
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+func segKey(id uint64) string { return segment.Key(id) }
+
+func decodeCounter(v []byte) (live, total, size int64, err error) { return lsm.DecodeCounter(v) }
+
+// readDirectory reads a segment's footer and directory: exactly two ranged
+// GETs through the counting store.
+func (r *Reclaimer) readDirectory(ctx context.Context, id uint64, size int64) (segment.Footer, []segment.DirEntry, error) {
+	return r.rd.ReadDirectory(ctx, id, size)
+}
+
+// liveFrame is a directory entry whose extent's current pointer is exactly
+// that frame.
+type liveFrame struct {
+	e   segment.DirEntry
+	cur segment.Pointer
+}
+
+// lookupResult is what the current metadata says about one segment, read
+// in one consistent view.
+type lookupResult struct {
+	counterFound bool
+	counterLive  int64
+	refs         int         // extents whose current pointer is into the segment
+	refBytes     int64       // frame bytes those pointers reference
+	live         []liveFrame // entries that are exactly a current pointer
+}
+
+// lookup checks, for each directory entry, the current pointer at (ino,
+// extent), all in one Pebble iterator (a consistent snapshot), together
+// with the segment's counter. A pointer into the segment at any offset
+// counts as a reference; an undecodable pointer is an error (doubt).
+func (r *Reclaimer) lookup(id uint64, entries []segment.DirEntry) (lookupResult, error) {
+	r.meta <- struct{}{}
+	defer func() { <-r.meta }()
+	var res lookupResult
+	it, err := r.host.DB().NewIter(nil, nil)
+	if err != nil {
+		return res, err
+	}
+	defer it.Close()
+	ck := schema.CounterKey(id)
+	if it.SeekGE(ck) && bytes.Equal(it.Key(), ck) {
+		live, _, _, err := decodeCounter(it.Value())
+		if err != nil {
+			return res, err
+		}
+		res.counterFound, res.counterLive = true, live
+	}
+	type ext struct{ ino, idx uint64 }
+	byExt := make(map[ext][]segment.DirEntry, len(entries))
+	order := make([]ext, 0, len(entries))
+	for _, e := range entries {
+		x := ext{e.Ino, e.Extent}
+		if _, ok := byExt[x]; !ok {
+			order = append(order, x)
+		}
+		byExt[x] = append(byExt[x], e)
+	}
+	for _, x := range order {
+		k := schema.ExtentKey(x.ino, x.idx)
+		if !it.SeekGE(k) || !bytes.Equal(it.Key(), k) {
+			if err := it.Error(); err != nil {
+				return res, err
+			}
+			continue
+		}
+		p, err := segment.UnmarshalPointer(it.Value())
+		if err != nil {
+			return res, fmt.Errorf("extent %d/%d: %w", x.ino, x.idx, err)
+		}
+		if p.Segment != id {
+			continue
+		}
+		res.refs++
+		res.refBytes += int64(p.Length)
+		for _, f := range byExt[x] {
+			if f.Offset == p.Offset && f.Length == p.Length && f.Gen == p.Gen && f.PlainLen == p.PlainLen {
+				res.live = append(res.live, liveFrame{e: f, cur: p})
+				break
+			}
+		}
+	}
+	return res, it.Error()
+}
