@@ -402,7 +402,7 @@ func validateStorageURL(s string) error {
 		}
 		for _, part := range strings.Split(strings.Trim(u.Path, "/"), "/") {
 			if part == "." || part == ".." {
-				return fmt.Errorf("%q: the prefix must not contain . or ..", s)
+				return fmt.Errorf("%q: the prefix must not contain \".\" or \"..\" components", s)
 			}
 		}
 	default:

@@ -1,0 +1,94 @@
+# ebbfs build, run, test.
+#
+#   make run       mount a fresh filesystem on a local-directory store under ./run/
+#   make test      install what the tests need (as root) and run every test
+#   make lint      gofmt, go vet, staticcheck
+#   make bench     benchmarks
+#   make install   /usr/local/bin/ebbfs and /sbin/mount.fuse.ebbfs
+
+GO          ?= go
+PREFIX      ?= /usr/local
+SBINDIR     ?= /sbin
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS     := -X main.version=$(VERSION)
+BIN         := bin/ebbfs
+TEST_TIMEOUT ?= 25m
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+RUN_DIR     := $(CURDIR)/run
+RUN_CONFIG  := $(RUN_DIR)/ebbfs.toml
+RUN_NBD     ?= 127.0.0.1:10809
+RUN_ADMIN   ?= 127.0.0.1:10810
+
+.PHONY: all build run test lint bench install uninstall clean deps
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ebbfs
+
+# make run: a local-directory store in ./run/store, cache in ./run/cache,
+# the mount at ./run/mnt, a generated password in ./run/password (0600).
+run: build
+	@mkdir -p $(RUN_DIR)/store $(RUN_DIR)/cache $(RUN_DIR)/mnt
+	@if [ ! -s $(RUN_DIR)/password ]; then \
+		umask 077; head -c 24 /dev/urandom | base64 > $(RUN_DIR)/password; \
+		echo "generated $(RUN_DIR)/password"; fi
+	@chmod 600 $(RUN_DIR)/password
+	@if [ ! -f $(RUN_CONFIG) ]; then \
+		printf '%s\n' \
+		'# Written by make run; edit freely (see README.md, Configuration reference).' \
+		'[storage]' \
+		'url = "file://$(RUN_DIR)/store"' \
+		'' \
+		'[encryption]' \
+		'password_file = "$(RUN_DIR)/password"' \
+		'' \
+		'[cache]' \
+		'dir = "$(RUN_DIR)/cache"' \
+		'' \
+		'[mount]' \
+		'path = "$(RUN_DIR)/mnt"' \
+		'' \
+		'[nbd]' \
+		'listen = ["$(RUN_NBD)"]' \
+		'' \
+		'[admin]' \
+		'listen = "$(RUN_ADMIN)"' > $(RUN_CONFIG); \
+		echo "wrote $(RUN_CONFIG)"; fi
+	@if [ ! -f $(RUN_DIR)/store/ebbfs.fs ]; then $(BIN) init -c $(RUN_CONFIG); fi
+	@echo "mountpoint: $(RUN_DIR)/mnt"
+	@echo "NBD:        nbd://$(RUN_NBD)/<name>  (exports are the files in $(RUN_DIR)/mnt/.nbd/, e.g. truncate -s 10G $(RUN_DIR)/mnt/.nbd/disk0)"
+	@echo "admin:      http://$(RUN_ADMIN)/  (metrics at /metrics; $(BIN) flush -c $(RUN_CONFIG))"
+	@echo "stop with Ctrl-C or umount $(RUN_DIR)/mnt"
+	exec $(BIN) run -c $(RUN_CONFIG)
+
+deps:
+	bash scripts/install-deps.sh
+
+# The end-to-end tests (tests/) need root, /dev/fuse, fuse3, the NBD tools
+# and the S3 server; install-deps.sh brings them.
+test: deps
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if $(GO) run $(STATICCHECK) -version >/dev/null 2>&1; then \
+		$(GO) run $(STATICCHECK) ./...; \
+	else echo "staticcheck unavailable (no module proxy?); skipped"; fi
+
+bench:
+	$(GO) test -run='^$$' -bench=. ./...
+
+install: build
+	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ebbfs
+	install -d $(DESTDIR)$(SBINDIR)
+	ln -sf $(PREFIX)/bin/ebbfs $(DESTDIR)$(SBINDIR)/mount.fuse.ebbfs
+	@echo "installed $(PREFIX)/bin/ebbfs and $(SBINDIR)/mount.fuse.ebbfs"
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/ebbfs $(DESTDIR)$(SBINDIR)/mount.fuse.ebbfs
+
+clean:
+	rm -rf bin
