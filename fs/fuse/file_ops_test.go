@@ -2,12 +2,16 @@ package fuse
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
 	"testing"
+	"time"
 
+	ebbfs "ebbfs.dev/ebbfs/fs"
 	"golang.org/x/sys/unix"
 )
 
@@ -229,6 +233,19 @@ func TestUnlinkedOpenFileStaysReadable(t *testing.T) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// The last release lets the engine delete the orphan. RELEASE is sent
+	// asynchronously after close(2), so poll.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := m.e.GetAttr(context.Background(), st.Ino)
+		if errors.Is(err, ebbfs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphan inode %d still there after last close: %v", st.Ino, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	// The name is free for a new file.
 	if err := os.WriteFile(p, []byte("other"), 0o644); err != nil {

@@ -236,6 +236,61 @@ func TestMountTableAndStatfs(t *testing.T) {
 	}
 }
 
+func TestReadOnlyEngineMountsReadOnly(t *testing.T) {
+	requireFUSE(t)
+	ctx := context.Background()
+	st := objstore.NewMem()
+	k, err := ebbfs.Init(ctx, st, "password123")
+	if err != nil {
+		if strings.Contains(err.Error(), stubMsg) {
+			t.Skip("engine not implemented yet (stub)")
+		}
+		t.Fatal(err)
+	}
+	// Write a file with a writer, then close it and mount a reader.
+	w, err := ebbfs.Open(ctx, ebbfs.Options{Store: st, Keys: k, CacheDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := w.Create(ctx, ebbfs.RootIno, "f", 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(ctx, a.Ino, []byte("from the writer"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ebbfs.Open(ctx, ebbfs.Options{Store: st, Keys: k, CacheDir: t.TempDir(), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, err := Mount(r, dir, MountOptions{DefaultPermissions: true})
+	if err != nil {
+		_ = r.Close(ctx)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("Unmount: %v", err)
+		}
+		srv.Wait()
+		_ = r.Close(ctx)
+	})
+	waitMountTable(t, dir, true)
+	if ent := mountEntry(t, dir); !strings.HasPrefix(ent[3], "ro,") && !strings.Contains(ent[3], ",ro,") {
+		t.Errorf("mount options %q: want ro", ent[3])
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "f"))
+	if err != nil || string(b) != "from the writer" {
+		t.Fatalf("read on reader: %q %v", b, err)
+	}
+	wantErrno(t, "write on read-only mount", os.WriteFile(filepath.Join(dir, "f"), nil, 0o644), unix.EROFS)
+	wantErrno(t, "mkdir on read-only mount", os.Mkdir(filepath.Join(dir, "d"), 0o755), unix.EROFS)
+}
+
 func TestMountNilEngine(t *testing.T) {
 	if _, err := Mount(nil, t.TempDir(), MountOptions{}); err == nil {
 		t.Fatal("Mount(nil engine) succeeded")
