@@ -1,10 +1,3 @@
-// Package fuse binds the ebbfs engine (package fs) to the kernel with
-// go-fuse's node API. It is deliberately thin: every FUSE operation becomes
-// one or a few engine calls, and engine errors become errno values in one
-// place (errno.go). Permission checks are left to the kernel
-// (default_permissions); the few POSIX rules the kernel leaves to a FUSE
-// server (set-group-ID inheritance on create, clearing set-user-ID on write
-// and chown) are applied here.
 package fuse
 
 import (

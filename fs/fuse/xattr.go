@@ -19,7 +19,18 @@ func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return copyOut(dest, v)
 }
 
+// POSIX ACLs are not enabled on the mount, and the kernel then hands their
+// xattrs to the server like any other. Storing them would make getfacl
+// report ACLs that nothing enforces, so they are refused.
+const (
+	aclAccess  = "system.posix_acl_access"
+	aclDefault = "system.posix_acl_default"
+)
+
 func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if attr == aclAccess || attr == aclDefault {
+		return syscall.EOPNOTSUPP
+	}
 	if flags&^(ebbfs.XattrCreate|ebbfs.XattrReplace) != 0 || flags == ebbfs.XattrCreate|ebbfs.XattrReplace {
 		return syscall.EINVAL
 	}

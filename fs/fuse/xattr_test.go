@@ -117,3 +117,22 @@ func TestXattrs(t *testing.T) {
 		}
 	}
 }
+
+func TestUnsupportedFeatures(t *testing.T) {
+	m := mount(t)
+	p := m.path("f")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A minimal valid POSIX ACL xattr (version 2, user::rw-, group::r--,
+	// other::r--): refused, since ACLs would not be enforced.
+	acl := []byte{2, 0, 0, 0,
+		1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff,
+		4, 0, 4, 0, 0xff, 0xff, 0xff, 0xff,
+		0x20, 0, 4, 0, 0xff, 0xff, 0xff, 0xff}
+	err := unix.Setxattr(p, "system.posix_acl_access", acl, 0)
+	wantErrno(t, "set POSIX ACL", err, unix.EOPNOTSUPP)
+
+	_, err = unix.Open(m.dir, unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	wantErrno(t, "O_TMPFILE", err, unix.EOPNOTSUPP)
+}
