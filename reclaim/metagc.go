@@ -1,0 +1,418 @@
+package reclaim
+
+// Stage 3 of reclamation: metadata object GC (DESIGN section 7).
+//
+// A pass deletes meta/manifest/ and meta/sst/ objects that no manifest
+// anyone may still open references. The rules, all of which must hold:
+//
+//   - Reachability: not referenced by the current manifest, by a table
+//     this writer has shipped (lsm ReferencedMetaObjects), by any
+//     checkpoint's manifest, or by any manifest the pass keeps (at or
+//     above the horizon, young, or superseded only recently): a pass
+//     never leaves a manifest whose tables are gone.
+//   - Horizon: the latest manifest sequence is captured at the start of
+//     the pass; only manifests below it are deleted, and only once the
+//     manifest that superseded them is itself MetaGCMinAge old (so a
+//     checkpoint whose record is written within checkpoint.
+//     MaxPublishToRecord of its publication always finds its manifest).
+//     SSTs of a newer writer epoch are never touched.
+//   - Age: the listing's ModTime is at least MetaGCMinAge old.
+//
+// Age is a margin on top of reachability, never a reason on its own. Any
+// doubt (an unreadable checkpoint list or checkpoint manifest, a failed
+// listing, a fenced or read-only DB) makes the pass delete nothing. Names
+// the pass does not recognise are kept. Journal objects belong to the
+// writer's publication path and are not looked at.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"ebbfs.dev/ebbfs/checkpoint"
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/lsm"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+const (
+	// DefaultMetaGCInterval is how often the worker runs a pass.
+	DefaultMetaGCInterval = 30 * time.Minute
+	// MetaGCMinAge is the minimum age (listing ModTime) of a deleted object
+	// and of the successor of a deleted manifest. A safety margin, not a
+	// tuning knob.
+	MetaGCMinAge = time.Minute
+	// metaGCPassTimeout bounds one pass.
+	metaGCPassTimeout = 10 * time.Minute
+	// metaGCRetry is the wait after a failed pass, if shorter than Interval.
+	metaGCRetry = 5 * time.Minute
+
+	metaPrefix         = "meta/"
+	metaManifestPrefix = "meta/manifest/"
+	metaSSTPrefix      = "meta/sst/"
+)
+
+// MetaGCOptions configure a MetaGC. Zero values take the defaults.
+type MetaGCOptions struct {
+	Store objstore.Store // required: the filesystem's store
+	DB    *lsm.DB        // required: the writer's metadata store
+	Clock clock.Clock    // default clock.Real
+	// Logger gets one info line per pass (default: discard).
+	Logger *slog.Logger
+	// Interval between passes (default DefaultMetaGCInterval).
+	Interval time.Duration
+}
+
+// EnsureDefaults fills in zero fields.
+func (o *MetaGCOptions) EnsureDefaults() {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Interval <= 0 {
+		o.Interval = DefaultMetaGCInterval
+	}
+}
+
+// Validate reports missing fields.
+func (o *MetaGCOptions) Validate() error {
+	switch {
+	case o.Store == nil:
+		return errors.New("reclaim: MetaGCOptions.Store is required")
+	case o.DB == nil:
+		return errors.New("reclaim: MetaGCOptions.DB is required")
+	}
+	return nil
+}
+
+// MetaGCStats summarises one pass.
+type MetaGCStats struct {
+	Deleted int   // objects deleted
+	Bytes   int64 // their stored bytes
+	Kept    int   // listed meta/manifest/ and meta/sst/ objects kept
+}
+
+// MetaGCPass is the outcome of the last pass the worker ran.
+type MetaGCPass struct {
+	Stats MetaGCStats
+	Err   error
+	At    time.Time // wall-clock start
+}
+
+// MetaGC deletes unreferenced metadata objects, every Interval once
+// started, or on demand with RunOnce.
+type MetaGC struct {
+	o      MetaGCOptions
+	optErr error
+	runMu  sync.Mutex // one pass at a time
+	ctx    context.Context
+	cancel context.CancelFunc
+	notify chan struct{}
+	wg     sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		started, closed bool
+		last            MetaGCPass
+		passes          int
+	}
+}
+
+// NewMetaGC returns a MetaGC that has not started. Invalid options are
+// reported by every RunOnce.
+func NewMetaGC(o MetaGCOptions) *MetaGC {
+	o.EnsureDefaults()
+	g := &MetaGC{o: o, optErr: o.Validate(), notify: make(chan struct{}, 1)}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	return g
+}
+
+// Start starts the worker: a pass every Interval (sooner after a failed
+// one). Starting twice, or after Close, does nothing.
+func (g *MetaGC) Start() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.started || g.mu.closed {
+		return
+	}
+	g.mu.started = true
+	g.wg.Add(1)
+	go g.loop()
+}
+
+// Trigger asks the worker for a pass now (without waiting for it).
+func (g *MetaGC) Trigger() {
+	select {
+	case g.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Close cancels a pass in progress, stops the worker and waits for it.
+func (g *MetaGC) Close() {
+	g.mu.Lock()
+	g.mu.closed = true
+	g.mu.Unlock()
+	g.cancel()
+	g.Trigger()
+	g.wg.Wait()
+}
+
+// LastPass returns the worker's last pass and how many it has run.
+func (g *MetaGC) LastPass() (MetaGCPass, int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.last, g.mu.passes
+}
+
+func (g *MetaGC) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.closed
+}
+
+func (g *MetaGC) loop() {
+	defer g.wg.Done()
+	wait := g.o.Interval
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-g.notify:
+			if g.isClosed() {
+				return
+			}
+		case <-g.o.Clock.After(wait):
+		}
+		at := g.o.Clock.Now()
+		st, err := g.RunOnce(g.ctx)
+		if g.ctx.Err() != nil {
+			return
+		}
+		g.mu.Lock()
+		g.mu.last = MetaGCPass{Stats: st, Err: err, At: at}
+		g.mu.passes++
+		g.mu.Unlock()
+		wait = g.o.Interval
+		if err != nil {
+			wait = min(wait, metaGCRetry)
+		}
+	}
+}
+
+// RunOnce runs one pass now and returns what it did. On an error the
+// pass has deleted nothing, or (for a failure while deleting) only
+// objects that were safe to delete; the stats count those.
+func (g *MetaGC) RunOnce(ctx context.Context) (MetaGCStats, error) {
+	if g.optErr != nil {
+		return MetaGCStats{}, g.optErr
+	}
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, metaGCPassTimeout)
+	defer cancel()
+	start := g.o.Clock.Mono()
+	p, err := g.plan(ctx)
+	var st MetaGCStats
+	if err == nil {
+		st.Kept = p.listed - len(p.del)
+		err = g.delete(ctx, p, &st)
+	}
+	log := g.o.Logger.Info
+	if err != nil {
+		log = g.o.Logger.Warn
+	}
+	log("reclaim: metadata gc pass", "deleted", st.Deleted, "bytes", st.Bytes, "kept", st.Kept,
+		"horizon", p.horizon, "checkpoints", p.checkpoints, "duration", g.o.Clock.Mono()-start, "err", err)
+	return st, err
+}
+
+// metaPlan is what a pass decided to delete.
+type metaPlan struct {
+	horizon     uint64
+	checkpoints int
+	listed      int
+	del         []objstore.ObjectInfo // manifests (ascending) then SSTs
+}
+
+func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
+	db, s := g.o.DB, g.o.Store
+	var p metaPlan
+	if db.Epoch() == 0 {
+		return p, errors.New("reclaim: metadata gc runs only in the writer (read-only DB)")
+	}
+	if err := db.Fenced(); err != nil {
+		return p, fmt.Errorf("reclaim: metadata gc: %w", err)
+	}
+	now := g.o.Clock.Now()
+	p.horizon = db.LatestManifest()
+	if p.horizon == 0 {
+		return p, nil // nothing published yet: nothing can be garbage
+	}
+	keep := map[string]bool{}
+	read := map[uint64]bool{} // manifests whose objects are in keep
+	addManifest := func(seq uint64, why string) error {
+		if read[seq] {
+			return nil
+		}
+		objs, err := db.ManifestObjects(ctx, seq)
+		if err != nil {
+			return fmt.Errorf("reclaim: metadata gc: %s: cannot read manifest %d; deleting nothing: %w", why, seq, err)
+		}
+		for _, o := range objs {
+			keep[o] = true
+		}
+		read[seq] = true
+		return nil
+	}
+	addCheckpoints := func() error {
+		recs, err := checkpoint.List(ctx, s)
+		if err != nil {
+			return fmt.Errorf("reclaim: metadata gc: checkpoint list unreadable; deleting nothing: %w", err)
+		}
+		p.checkpoints = len(recs)
+		for _, r := range recs {
+			if err := addManifest(r.ManifestSeq, "checkpoint "+strconv.Quote(r.Name)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := addCheckpoints(); err != nil {
+		return p, err
+	}
+	manifests, err := objstore.ListAll(ctx, s, metaManifestPrefix)
+	if err != nil {
+		return p, fmt.Errorf("reclaim: metadata gc: list %s: %w", metaManifestPrefix, err)
+	}
+	ssts, err := objstore.ListAll(ctx, s, metaSSTPrefix)
+	if err != nil {
+		return p, fmt.Errorf("reclaim: metadata gc: list %s: %w", metaSSTPrefix, err)
+	}
+	p.listed = len(manifests) + len(ssts)
+	// Taken after the listings, so that a table shipped before them is in
+	// the writer's shipped set by now.
+	ref, err := db.ReferencedMetaObjects(ctx)
+	if err != nil {
+		return p, fmt.Errorf("reclaim: metadata gc: referenced objects: %w", err)
+	}
+	for o := range ref {
+		keep[o] = true
+	}
+	type seqObj struct {
+		seq uint64
+		obj objstore.ObjectInfo
+	}
+	var seqs []seqObj
+	for _, o := range manifests {
+		seq, ok := parseMetaSeq(o.Key)
+		if !ok {
+			continue // not ours to judge
+		}
+		seqs = append(seqs, seqObj{seq, o})
+	}
+	// Records written while this pass listed.
+	if err := addCheckpoints(); err != nil {
+		return p, err
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i].seq < seqs[j].seq })
+	old := func(o objstore.ObjectInfo) bool {
+		return !o.ModTime.IsZero() && now.Sub(o.ModTime) >= MetaGCMinAge
+	}
+	for i, m := range seqs {
+		if m.seq >= p.horizon || keep[m.obj.Key] || !old(m.obj) || i+1 >= len(seqs) || !old(seqs[i+1].obj) {
+			// A manifest that stays keeps its tables: no pass leaves a
+			// manifest that cannot be opened.
+			if err := addManifest(m.seq, "kept manifest"); err != nil {
+				return p, err
+			}
+			continue
+		}
+		p.del = append(p.del, m.obj)
+	}
+	epoch := db.Epoch()
+	for _, o := range ssts {
+		e, ok := parseSSTEpoch(o.Key)
+		if !ok || e > epoch || keep[o.Key] || !old(o) {
+			continue
+		}
+		p.del = append(p.del, o)
+	}
+	return p, nil
+}
+
+func (g *MetaGC) delete(ctx context.Context, p metaPlan, st *MetaGCStats) error {
+	if len(p.del) == 0 {
+		return nil
+	}
+	if err := g.o.DB.Fenced(); err != nil {
+		return fmt.Errorf("reclaim: metadata gc: %w", err)
+	}
+	for i, o := range p.del {
+		if i > 0 {
+			failpoint.Hit("metagc-mid")
+		}
+		if err := ctx.Err(); err != nil {
+			st.Kept += len(p.del) - i
+			return fmt.Errorf("reclaim: metadata gc: stopped after %d of %d deletes: %w", i, len(p.del), err)
+		}
+		if err := g.o.Store.Delete(ctx, o.Key); err != nil {
+			st.Kept += len(p.del) - i
+			return fmt.Errorf("reclaim: metadata gc: delete %s: %w", o.Key, err)
+		}
+		st.Deleted++
+		st.Bytes += o.Size
+	}
+	return nil
+}
+
+// Footprint counts the objects and bytes under meta/ (journal, manifests,
+// SSTs), for `ebbfs space`.
+func (g *MetaGC) Footprint(ctx context.Context) (objects int, bytes int64, err error) {
+	if g.optErr != nil {
+		return 0, 0, g.optErr
+	}
+	objs, err := objstore.ListAll(ctx, g.o.Store, metaPrefix)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reclaim: metadata footprint: %w", err)
+	}
+	for _, o := range objs {
+		bytes += o.Size
+	}
+	return len(objs), bytes, nil
+}
+
+// parseMetaSeq parses meta/manifest/<16 hex digits>.
+func parseMetaSeq(key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, metaManifestPrefix)
+	if !ok || len(rest) != 16 {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(rest, 16, 64)
+	return v, err == nil
+}
+
+// parseSSTEpoch parses meta/sst/<16 hex epoch>-<local name>.
+func parseSSTEpoch(key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, metaSSTPrefix)
+	if !ok || len(rest) < 18 || rest[16] != '-' {
+		return 0, false
+	}
+	local := rest[17:]
+	if strings.ContainsAny(local, "/\\") || local == "." || local == ".." ||
+		!(strings.HasSuffix(local, ".sst") || strings.HasSuffix(local, ".blob")) {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(rest[:16], 16, 64)
+	return v, err == nil
+}
