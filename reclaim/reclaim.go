@@ -62,14 +62,15 @@ type Reclaimer struct {
 		lastStats       CycleStats
 		cycles          int
 		sweeps          int
-		busy            bool
+		// idle is set while the worker sleeps with nothing due before
+		// sleepUntil (never: no timer); anything that kicks clears it.
+		idle       bool
+		sleepUntil time.Duration
 	}
 
-	chunkForTests int // repoint chunk size override (tests)
-
-	// sleepingUntil is for tests: the Mono the worker waits for (-1: no
-	// timer, just events; -2: running).
-	sleepingUntil atomic.Int64
+	// Test overrides (0: the constants).
+	chunkForTests  int   // RepointChunk
+	budgetForTests int64 // JobBudget
 }
 
 type cycleResult struct {
@@ -109,7 +110,6 @@ func New(o Options) (*Reclaimer, error) {
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.mu.deadlines = map[uint64]time.Duration{}
-	r.sleepingUntil.Store(-2)
 	return r, nil
 }
 
@@ -144,6 +144,7 @@ func (r *Reclaimer) Close() error {
 		return nil
 	}
 	r.mu.closed = true
+	r.mu.idle = false
 	started := r.mu.started
 	reqs, sreqs := r.mu.runReqs, r.mu.sweepReqs
 	r.mu.runReqs, r.mu.sweepReqs = nil, nil
@@ -181,6 +182,7 @@ func (r *Reclaimer) closed() bool {
 func (r *Reclaimer) trigger() {
 	r.mu.Lock()
 	r.mu.pending = true
+	r.mu.idle = false
 	r.mu.Unlock()
 	r.kick()
 }
@@ -253,6 +255,7 @@ func (r *Reclaimer) RunNow(ctx context.Context) (CycleStats, error) {
 		return CycleStats{}, ErrClosed
 	}
 	r.mu.runReqs = append(r.mu.runReqs, c)
+	r.mu.idle = false
 	r.mu.Unlock()
 	r.kick()
 	select {
@@ -273,6 +276,7 @@ func (r *Reclaimer) SweepNow(ctx context.Context) (SweepStats, error) {
 		return SweepStats{}, ErrClosed
 	}
 	r.mu.sweepReqs = append(r.mu.sweepReqs, c)
+	r.mu.idle = false
 	r.mu.Unlock()
 	r.kick()
 	select {
@@ -281,6 +285,14 @@ func (r *Reclaimer) SweepNow(ctx context.Context) (SweepStats, error) {
 	case <-ctx.Done():
 		return SweepStats{}, ctx.Err()
 	}
+}
+
+// settled reports (for tests) that the worker sleeps with nothing due
+// at or before now.
+func (r *Reclaimer) settled() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.idle && (r.mu.sleepUntil == never || r.mu.sleepUntil > r.clk.Mono())
 }
 
 // LastCycle returns the summary of the last cycle and how many ran.
@@ -357,19 +369,19 @@ func (r *Reclaimer) worker() {
 		if r.mu.sweepKnown {
 			next = min(next, r.mu.sweepAt)
 		}
+		r.mu.idle, r.mu.sleepUntil = true, next
 		r.mu.Unlock()
 		var timer <-chan time.Time
 		if next != never {
-			r.sleepingUntil.Store(int64(next))
 			timer = r.clk.After(next - now)
-		} else {
-			r.sleepingUntil.Store(-1)
 		}
 		select {
 		case <-r.notify:
 		case <-timer:
 		}
-		r.sleepingUntil.Store(-2)
+		r.mu.Lock()
+		r.mu.idle = false
+		r.mu.Unlock()
 	}
 }
 

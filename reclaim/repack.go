@@ -45,7 +45,7 @@ func deadShare(c counterEntry) float64 {
 // into jobs of about JobBudget live bytes (a job's first source may exceed
 // it). Jobs that fail the selection rule are dropped: their sources wait
 // for a later cycle.
-func selectJobs(cands []counterEntry) []repackJob {
+func selectJobs(cands []counterEntry, budget int64) []repackJob {
 	sort.Slice(cands, func(i, j int) bool {
 		a, b := deadShare(cands[i]), deadShare(cands[j])
 		if a != b {
@@ -59,7 +59,7 @@ func selectJobs(cands []counterEntry) []repackJob {
 	var jobs []repackJob
 	var cur repackJob
 	for _, c := range cands {
-		if len(cur.srcs) > 0 && cur.live+c.live > JobBudget {
+		if len(cur.srcs) > 0 && cur.live+c.live > budget {
 			jobs = append(jobs, cur)
 			cur = repackJob{}
 		}
@@ -81,7 +81,11 @@ func selectJobs(cands []counterEntry) []repackJob {
 // failure, Close, or a cancelled cycle stops new admissions; admitted jobs
 // always finish (they run on a context Close does not cancel).
 func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleStats) error {
-	jobs := selectJobs(cands)
+	budget := int64(JobBudget)
+	if r.budgetForTests > 0 {
+		budget = r.budgetForTests
+	}
+	jobs := selectJobs(cands, budget)
 	if len(jobs) == 0 {
 		return nil
 	}

@@ -1,0 +1,373 @@
+package reclaim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math/rand"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"ebbfs.dev/ebbfs/checkpoint"
+	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/lsm"
+	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+func init() {
+	fs.KDFForTests = func() keys.KDFParams {
+		p := keys.DefaultKDF()
+		p.Time, p.MemoryKiB, p.Threads = 1, 64, 1
+		return p
+	}
+}
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fakeCheckpoints is an in-memory checkpoint list.
+type fakeCheckpoints struct {
+	mu    sync.Mutex
+	recs  []checkpoint.Record
+	err   error
+	calls int
+}
+
+func (f *fakeCheckpoints) List(ctx context.Context) ([]checkpoint.Record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.err != nil {
+		return nil, f.err
+	}
+	return append([]checkpoint.Record(nil), f.recs...), nil
+}
+
+func (f *fakeCheckpoints) set(err error, recs ...checkpoint.Record) {
+	f.mu.Lock()
+	f.recs, f.err = recs, err
+	f.mu.Unlock()
+}
+
+// env is a real engine on an in-memory store, behind a fault injector
+// and a request counter, on a fake clock.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	mem    *objstore.Mem
+	faulty *objstore.Faulty
+	count  *objstore.Counting
+	keys   *keys.Keys
+	clk    *clock.Fake
+	log    *slog.Logger
+	logBuf *syncBuffer
+	e      *fs.Engine
+	trig   *Triggers
+	cps    *fakeCheckpoints
+	r      *Reclaimer
+	seed   int64
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newEnv(t *testing.T, mod ...func(*Options)) *env {
+	t.Helper()
+	v := &env{t: t, ctx: context.Background(), mem: objstore.NewMem(), clk: clock.NewFake(t0), cps: &fakeCheckpoints{}, logBuf: &syncBuffer{}}
+	v.faulty = objstore.NewFaulty(v.mem)
+	v.count = objstore.NewCounting(v.faulty)
+	var w io.Writer = v.logBuf
+	if testing.Verbose() && os.Getenv("RECLAIM_TEST_LOG") != "" {
+		w = io.MultiWriter(v.logBuf, os.Stderr)
+	}
+	v.log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	k, err := fs.Init(v.ctx, v.count, "password123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.keys = k
+	v.openEngine()
+	v.r = v.newReclaimer(mod...)
+	t.Cleanup(func() {
+		v.r.Close()
+		if v.e != nil {
+			v.e.Close(context.Background())
+		}
+	})
+	return v
+}
+
+func (v *env) openEngine() {
+	v.t.Helper()
+	v.trig = &Triggers{}
+	e, err := fs.Open(v.ctx, fs.Options{
+		Store: v.count, Keys: v.keys, CacheDir: v.t.TempDir(),
+		SegmentTarget: 64 << 20, FlushInterval: time.Hour,
+		Clock: v.clk, Logger: v.log, Events: v.trig,
+	})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	v.e = e
+}
+
+func (v *env) newReclaimer(mod ...func(*Options)) *Reclaimer {
+	v.t.Helper()
+	o := Options{
+		Host: engineHost{v.e}, Store: v.count, Keys: v.keys, Checkpoints: v.cps,
+		Clock: v.clk, Logger: v.log, FlushInterval: 10 * time.Second,
+	}
+	for _, m := range mod {
+		m(&o)
+	}
+	r, err := New(o)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	v.trig.Attach(r)
+	return r
+}
+
+// writeFile creates name with n extents of incompressible data and makes
+// it durable: one new segment.
+func (v *env) writeFile(name string, n int) uint64 {
+	v.t.Helper()
+	a, err := v.e.Create(v.ctx, fs.RootIno, name, 0o644, 0, 0)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	v.writeExtents(a.Ino, 0, n)
+	return a.Ino
+}
+
+// writeExtents overwrites extents [from, from+n) of ino with fresh data
+// and runs a barrier.
+func (v *env) writeExtents(ino uint64, from, n int) {
+	v.t.Helper()
+	v.seed++
+	buf := make([]byte, n*segment.ExtentSize)
+	rand.New(rand.NewSource(v.seed)).Read(buf)
+	if _, err := v.e.Write(v.ctx, ino, buf, int64(from)*segment.ExtentSize); err != nil {
+		v.t.Fatal(err)
+	}
+	v.barrier()
+}
+
+func (v *env) barrier() {
+	v.t.Helper()
+	if err := v.e.Barrier(v.ctx); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// pointer returns the current pointer of (ino, idx).
+func (v *env) pointer(ino, idx uint64) segment.Pointer {
+	v.t.Helper()
+	b, ok, err := v.e.DB().Get(schema.ExtentKey(ino, idx))
+	if err != nil || !ok {
+		v.t.Fatalf("extent %d/%d: ok=%v err=%v", ino, idx, ok, err)
+	}
+	p, err := segment.UnmarshalPointer(b)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return p
+}
+
+func (v *env) counter(id uint64) (counterEntry, bool) {
+	v.t.Helper()
+	b, ok, err := v.e.DB().Get(schema.CounterKey(id))
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if !ok {
+		return counterEntry{}, false
+	}
+	l, tot, sz, err := lsm.DecodeCounter(b)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return counterEntry{id: id, live: l, total: tot, size: sz}, true
+}
+
+// objects lists segments/ straight from the memory store (uncounted).
+func (v *env) objects() map[uint64]int64 {
+	v.t.Helper()
+	objs, err := objstore.ListAll(v.ctx, v.mem, segment.KeyPrefix)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	out := map[uint64]int64{}
+	for _, o := range objs {
+		if id, ok := segment.ParseKey(o.Key); ok {
+			out[id] = o.Size
+		}
+	}
+	return out
+}
+
+func (v *env) exists(id uint64) bool {
+	_, err := v.mem.Head(v.ctx, segment.Key(id))
+	return err == nil
+}
+
+// cycle runs one cycle on the test goroutine.
+func (v *env) cycle() (CycleStats, error) {
+	v.t.Helper()
+	return v.r.cycle(v.ctx)
+}
+
+func (v *env) mustCycle() CycleStats {
+	v.t.Helper()
+	st, err := v.cycle()
+	if err != nil {
+		v.t.Fatalf("cycle: %v", err)
+	}
+	return st
+}
+
+// consistent checks the local metadata and the durable state (rebuilt
+// from the store alone).
+func (v *env) consistent() {
+	v.t.Helper()
+	rep, err := v.e.Check(v.ctx, true)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if !rep.OK() {
+		v.t.Fatalf("engine check:\n%s", rep)
+	}
+	v.durablyConsistent()
+}
+
+func (v *env) durablyConsistent() *fs.FsckReport {
+	v.t.Helper()
+	rep, err := fs.Fsck(v.ctx, v.mem, v.keys, fs.FsckOptions{VerifyData: true, TempDir: v.t.TempDir()})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if !rep.OK() {
+		v.t.Fatalf("fsck of the store:\n%s", rep)
+	}
+	return rep
+}
+
+func (v *env) readAll(ino uint64, n int) []byte {
+	v.t.Helper()
+	buf := make([]byte, n*segment.ExtentSize)
+	k, err := v.e.Read(v.ctx, ino, buf, 0)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return buf[:k]
+}
+
+func (v *env) deadline(id uint64) (time.Duration, bool) {
+	v.r.mu.Lock()
+	defer v.r.mu.Unlock()
+	d, ok := v.r.mu.deadlines[id]
+	return d, ok
+}
+
+// segs returns the segment ids the extents of ino point into.
+func (v *env) segOf(ino uint64, idx uint64) uint64 { return v.pointer(ino, idx).Segment }
+
+// waitFor polls cond (real time) for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// settle waits until the started worker sleeps with nothing due.
+func (v *env) settle() {
+	v.t.Helper()
+	waitFor(v.t, "the reclaimer to settle", v.r.settled)
+}
+
+// advance moves the fake clock and lets the worker react.
+func (v *env) advance(d time.Duration) {
+	v.t.Helper()
+	v.clk.Advance(d)
+	v.settle()
+}
+
+func (v *env) cycles() int {
+	_, n := v.r.LastCycle()
+	return n
+}
+
+// releaseLease marks writer.lease released, as a crashed writer's lease
+// would be taken over after its expiry, so a new engine can open.
+func (v *env) releaseLease() {
+	v.t.Helper()
+	b, err := v.mem.Get(v.ctx, "writer.lease")
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	l, err := lsm.ParseLease(b)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	l.Released = true
+	nb, _ := json.Marshal(l)
+	if _, err := v.mem.Put(v.ctx, "writer.lease", nb, objstore.PutOptions{}); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// orphan uploads a valid segment object that no counter or pointer knows.
+func (v *env) orphan(frames int) uint64 {
+	v.t.Helper()
+	id := v.e.NewSegmentID()
+	defer v.e.SegmentDone(id)
+	b := segment.NewBuilder(v.keys, id, segment.CodecNone)
+	for i := 0; i < frames; i++ {
+		data := make([]byte, 1000)
+		rand.New(rand.NewSource(int64(i))).Read(data)
+		b.Add(segment.FrameID{Ino: 999999, Extent: uint64(i), Gen: id}, data)
+	}
+	if err := segment.Upload(v.ctx, v.mem, id, b.Finish()); err != nil {
+		v.t.Fatal(err)
+	}
+	return id
+}
+
+func ephemeral(name string, create time.Time, span time.Duration) checkpoint.Record {
+	return checkpoint.Record{Name: name, Kind: checkpoint.Ephemeral, ManifestSeq: 1, CreateTime: create, ExpireTime: create.Add(span)}
+}
+
+func persistent(name string) checkpoint.Record {
+	return checkpoint.Record{Name: name, Kind: checkpoint.Persistent, ManifestSeq: 1, CreateTime: t0}
+}
+
+const (
+	MinGrace    = checkpoint.GraceFloor
+	GraceMargin = checkpoint.GraceMargin
+)
