@@ -290,12 +290,11 @@ func (s *syncBuffer) String() string {
 
 // proc is a running "ebbfs run".
 type proc struct {
-	e      *env
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	done   chan struct{}
-	code   int
-	waited bool
+	e    *env
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	code int
 }
 
 // start starts "ebbfs run" and returns without waiting for the mount.
@@ -477,29 +476,6 @@ func (e *env) storeTree() map[string]string {
 	return out
 }
 
-// storeFiles returns every regular file under root with its content.
-func storeFiles(t *testing.T, root string) map[string][]byte {
-	t.Helper()
-	out := map[string][]byte{}
-	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[p] = b
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func (e *env) path(rel string) string { return filepath.Join(e.mnt, rel) }
 
 func writeFile(t *testing.T, p string, data []byte) {
@@ -530,3 +506,5 @@ func fsyncFile(t *testing.T, p string) {
 		t.Fatalf("fsync %s: %v", p, err)
 	}
 }
+
+func lookPath(tool string) (string, error) { return exec.LookPath(tool) }
