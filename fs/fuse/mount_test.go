@@ -73,6 +73,19 @@ func (m *mounted) path(elem ...string) string {
 	return filepath.Join(append([]string{m.dir}, elem...)...)
 }
 
+// skipIfStub skips the test while the engine is the stub, and fails it on
+// any other error.
+func skipIfStub(t *testing.T, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if strings.Contains(err.Error(), stubMsg) {
+		t.Skip("engine not implemented yet (stub)")
+	}
+	t.Fatal(err)
+}
+
 // openEngine creates a fresh filesystem in memory, or skips while the
 // engine is still the stub.
 func openEngine(t *testing.T) *ebbfs.Engine {
@@ -80,19 +93,9 @@ func openEngine(t *testing.T) *ebbfs.Engine {
 	ctx := context.Background()
 	st := objstore.NewMem()
 	k, err := ebbfs.Init(ctx, st, "password123")
-	if err != nil {
-		if strings.Contains(err.Error(), stubMsg) {
-			t.Skip("engine not implemented yet (stub)")
-		}
-		t.Fatalf("Init: %v", err)
-	}
+	skipIfStub(t, err)
 	e, err := ebbfs.Open(ctx, ebbfs.Options{Store: st, Keys: k, CacheDir: t.TempDir()})
-	if err != nil {
-		if strings.Contains(err.Error(), stubMsg) {
-			t.Skip("engine not implemented yet (stub)")
-		}
-		t.Fatalf("Open: %v", err)
-	}
+	skipIfStub(t, err)
 	return e
 }
 
@@ -241,12 +244,7 @@ func TestReadOnlyEngineMountsReadOnly(t *testing.T) {
 	ctx := context.Background()
 	st := objstore.NewMem()
 	k, err := ebbfs.Init(ctx, st, "password123")
-	if err != nil {
-		if strings.Contains(err.Error(), stubMsg) {
-			t.Skip("engine not implemented yet (stub)")
-		}
-		t.Fatal(err)
-	}
+	skipIfStub(t, err)
 	// Write a file with a writer, then close it and mount a reader.
 	w, err := ebbfs.Open(ctx, ebbfs.Options{Store: st, Keys: k, CacheDir: t.TempDir()})
 	if err != nil {
