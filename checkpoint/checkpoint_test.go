@@ -515,3 +515,28 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// racingPublisher writes a record of the same name while publishing, as a
+// concurrent Create would.
+type racingPublisher struct {
+	s    objstore.Store
+	name string
+}
+
+func (p racingPublisher) Publish(ctx context.Context) (uint64, error) {
+	_, err := Create(ctx, p.s, &fakePublisher{seq: 40}, p.name, Persistent, 0, t0)
+	return 50, err
+}
+
+func TestCreateLosesRaceCleanly(t *testing.T) {
+	ctx := context.Background()
+	s := objstore.NewMem()
+	_, err := Create(ctx, s, racingPublisher{s, "n"}, "n", Ephemeral, time.Minute, t0)
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("Create = %v, want ErrExists", err)
+	}
+	got, err := Get(ctx, s, "n")
+	if err != nil || got.Kind != Persistent || got.ManifestSeq != 41 {
+		t.Fatalf("winner's record = %+v, %v; want it untouched", got, err)
+	}
+}
