@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"syscall"
 	"time"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
@@ -82,7 +83,12 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 	}
 	entry, attr := o.EntryTimeout, o.AttrTimeout
 
+	root := os.Geteuid() == 0
 	var opts []string
+	if !root {
+		// fusermount3 turns it into the mount flag; see DirectMountFlags.
+		opts = append(opts, "noatime")
+	}
 	if o.DefaultPermissions {
 		opts = append(opts, "default_permissions")
 	}
@@ -99,7 +105,10 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		Debug:        o.Debug,
 		// As root, mount(2) directly; fusermount3 is the fallback (and
 		// the only way for other users).
-		DirectMount: os.Geteuid() == 0,
+		DirectMount: root,
+		// The engine does not update atime on reads, so say so: noatime,
+		// plus the nosuid,nodev that fusermount3 would apply.
+		DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME,
 		// The writeback cache stays off: with it the kernel holds dirty
 		// pages and becomes the authority for size and mtime, which the
 		// engine (and the NBD server writing the same files) could then
@@ -109,8 +118,7 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		mo.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	}
 	f := &fsys{e: e, log: log}
-	root := &Node{fsys: f}
-	return fs.Mount(mountpoint, root, &fs.Options{
+	return fs.Mount(mountpoint, &Node{fsys: f}, &fs.Options{
 		MountOptions:   mo,
 		EntryTimeout:   &entry,
 		AttrTimeout:    &attr,

@@ -208,7 +208,7 @@ func TestMountTableAndStatfs(t *testing.T) {
 		t.Fatalf("mount entry %q: want source ebbfs, type fuse.ebbfs", ent)
 	}
 	opts := "," + ent[3] + ","
-	for _, want := range []string{",default_permissions,"} {
+	for _, want := range []string{",default_permissions,", ",noatime,", ",nosuid,", ",nodev,"} {
 		if !strings.Contains(opts, want) {
 			t.Errorf("mount options %q lack %s", ent[3], want)
 		}
