@@ -9,8 +9,8 @@
 //     default). The engine does none, so a mount without it lets anyone who
 //     can reach it do anything. As root the mount also gets allow_other
 //     (DESIGN section 11). DirectMount is used as root (fusermount3 is the
-//     fallback), with the usual nosuid,nodev, and noatime because the engine does not update
-//     atime on reads.
+//     fallback), with the usual nosuid,nodev, and noatime because the
+//     engine does not update atime on reads.
 //   - The POSIX rules the kernel leaves to a FUSE server are applied here:
 //     new inodes get the caller's uid and gid, or the parent's gid when the
 //     parent is set-group-ID (new directories then inherit the bit); chown
