@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,5 +66,36 @@ func TestToErrno(t *testing.T) {
 			!strings.Contains(out, err.Error()) || !strings.Contains(out, "op=read") || !strings.Contains(out, "ino=9") {
 			t.Errorf("log for %v: %q", err, out)
 		}
+	}
+}
+
+// TestEngineFailureIsEIOAndLogged closes the engine under a live mount: every
+// call then fails with an error that is not a sentinel, which must reach the
+// caller as EIO and be logged with the operation.
+func TestEngineFailureIsEIOAndLogged(t *testing.T) {
+	requireFUSE(t)
+	e := openEngine(t)
+	dir := t.TempDir()
+	logs := &syncBuffer{}
+	o := DefaultMountOptions()
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	srv, err := Mount(e, dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			t.Errorf("Unmount: %v", err)
+		}
+		srv.Wait()
+	})
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = os.Lstat(filepath.Join(dir, "anything"))
+	wantErrno(t, "lookup on a closed engine", err, syscall.EIO)
+	out := logs.String()
+	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "op=lookup") || !strings.Contains(out, "err=") {
+		t.Fatalf("log: %q", out)
 	}
 }
