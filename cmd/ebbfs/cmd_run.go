@@ -22,6 +22,8 @@ import (
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/config"
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/reclaim"
 )
 
 // closeTimeout bounds the final barrier at shutdown.
@@ -80,6 +82,8 @@ type process struct {
 	c       *config.Config
 	e       *fs.Engine
 	k       *keys.Keys
+	st      objstore.Store
+	bg      *background // nil for a reader
 	mp      string
 	started time.Time
 	log     *slog.Logger
@@ -184,6 +188,11 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		return err
 	}
 	host, _ := os.Hostname()
+	var events fs.Events
+	triggers := &reclaim.Triggers{}
+	if !f.readOnly {
+		events = triggers
+	}
 	e, err := fs.Open(ctx, fs.Options{
 		Store:            st,
 		Keys:             k,
@@ -195,11 +204,12 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Holder:           fmt.Sprintf("ebbfs run pid %d on %s", os.Getpid(), host),
 		Logger:           log,
 		Clock:            clock.Real{},
+		Events:           events,
 	})
 	if err != nil {
 		return fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
 	}
-	p := &process{c: c, e: e, k: k, mp: mp, started: time.Now(), log: log}
+	p := &process{c: c, e: e, k: k, st: st, mp: mp, started: time.Now(), log: log}
 
 	var cleanup cleanupStack
 	closeEngine := func() error {
@@ -224,9 +234,16 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		if err := ensureNBDDir(ctx, e); err != nil {
 			log.Warn("could not create /.nbd", "err", err)
 		}
+		bg, err := startBackground(c, e, st, k, triggers, log)
+		if err != nil {
+			return err
+		}
+		p.bg = bg
+		cleanup.push(func() { bg.close(log) })
 	}
 
 	adm := admin.New(p, admin.Options{TCP: c.AdminListen(), Unix: c.Admin.UnixSocket, Logger: log})
+	p.routes(adm)
 	if a := c.AdminListen(); a != "" && !config.IsLoopback(a) {
 		log.Warn("admin endpoint listens beyond loopback; anyone who can reach it can flush and read status", "listen", a)
 	}

@@ -46,6 +46,9 @@ func newRootCmd() *cobra.Command {
 		newChangePasswordCmd(g),
 		newFsckCmd(g),
 		newMountHelperCmd(),
+		newCheckpointCmd(g),
+		newReclaimCmd(g),
+		newSpaceCmd(g),
 	)
 	return root
 }

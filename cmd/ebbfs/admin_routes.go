@@ -1,0 +1,138 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"ebbfs.dev/ebbfs/checkpoint"
+	"ebbfs.dev/ebbfs/internal/admin"
+	"ebbfs.dev/ebbfs/reclaim"
+)
+
+// API routes beyond the built-in flush/status/metrics/page.
+const (
+	routeReclaimRun   = "/v1/reclaim/run"
+	routeReclaimSweep = "/v1/reclaim/sweep"
+	routeSpace        = "/v1/space"
+	routeCheckpoints  = "/v1/checkpoints"
+)
+
+// checkpointRequest is the body of POST /v1/checkpoints.
+type checkpointRequest struct {
+	Name string          `json:"name"`
+	Kind checkpoint.Kind `json:"kind"`
+	// TTLSeconds is an ephemeral checkpoint's lifetime.
+	TTLSeconds float64 `json:"ttl_seconds,omitempty"`
+}
+
+// spaceReply is GET /v1/space.
+type spaceReply struct {
+	reclaim.SpaceReport
+	MetaError string `json:"MetaError,omitempty"`
+}
+
+func badRequest(err error) error {
+	return &admin.StatusError{Code: http.StatusBadRequest, Err: err}
+}
+
+func (p *process) writerOnly() error {
+	if p.bg == nil {
+		return &admin.StatusError{Code: http.StatusConflict, Err: errReadOnly}
+	}
+	return nil
+}
+
+// routes registers the writer's commands on the admin endpoint.
+func (p *process) routes(s *admin.Server) {
+	s.HandleJSON("POST "+routeReclaimRun, func(r *http.Request) (any, error) {
+		if err := p.writerOnly(); err != nil {
+			return nil, err
+		}
+		return p.bg.r.RunNow(r.Context())
+	})
+	s.HandleJSON("POST "+routeReclaimSweep, func(r *http.Request) (any, error) {
+		if err := p.writerOnly(); err != nil {
+			return nil, err
+		}
+		return p.bg.r.SweepNow(r.Context())
+	})
+	s.HandleJSON("GET "+routeSpace, func(r *http.Request) (any, error) {
+		if err := p.writerOnly(); err != nil {
+			return nil, err
+		}
+		rep, err := p.bg.r.Space(r.Context())
+		if err != nil {
+			return nil, err
+		}
+		out := spaceReply{SpaceReport: rep}
+		if n, b, err := p.bg.gc.Footprint(r.Context()); err != nil {
+			out.MetaError = err.Error()
+		} else {
+			out.MetaObjects, out.MetaBytes = n, b
+		}
+		return out, nil
+	})
+	s.HandleJSON("GET "+routeCheckpoints, func(r *http.Request) (any, error) {
+		recs, err := checkpoint.List(r.Context(), p.st)
+		if recs == nil {
+			recs = []checkpoint.Record{}
+		}
+		return recs, err
+	})
+	s.HandleJSON("GET "+routeCheckpoints+"/{name}", func(r *http.Request) (any, error) {
+		return getCheckpoint(r, p)
+	})
+	s.HandleJSON("DELETE "+routeCheckpoints+"/{name}", func(r *http.Request) (any, error) {
+		if err := checkpoint.Delete(r.Context(), p.st, r.PathValue("name")); err != nil {
+			return nil, checkpointErr(err)
+		}
+		return map[string]bool{"ok": true}, nil
+	})
+	s.HandleJSON("POST "+routeCheckpoints, func(r *http.Request) (any, error) {
+		if err := p.writerOnly(); err != nil {
+			return nil, err
+		}
+		var req checkpointRequest
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			return nil, badRequest(err)
+		}
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, badRequest(fmt.Errorf("bad request body: %w", err))
+		}
+		if req.Kind != checkpoint.Persistent && req.Kind != checkpoint.Ephemeral {
+			return nil, badRequest(fmt.Errorf("checkpoint kind %q: want %q or %q", req.Kind, checkpoint.Persistent, checkpoint.Ephemeral))
+		}
+		ttl := time.Duration(req.TTLSeconds * float64(time.Second))
+		rec, err := checkpoint.Create(r.Context(), p.st, enginePublisher{p.e}, req.Name, req.Kind, ttl, time.Now())
+		if err != nil {
+			return nil, checkpointErr(err)
+		}
+		return rec, nil
+	})
+}
+
+func getCheckpoint(r *http.Request, p *process) (any, error) {
+	rec, err := checkpoint.Get(r.Context(), p.st, r.PathValue("name"))
+	if err != nil {
+		return nil, checkpointErr(err)
+	}
+	return rec, nil
+}
+
+// checkpointErr gives checkpoint errors their HTTP status.
+func checkpointErr(err error) error {
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+		return &admin.StatusError{Code: http.StatusNotFound, Err: err}
+	case errors.Is(err, checkpoint.ErrExists):
+		return &admin.StatusError{Code: http.StatusConflict, Err: err}
+	case errors.Is(err, checkpoint.ErrInvalidName):
+		return badRequest(err)
+	}
+	return err
+}

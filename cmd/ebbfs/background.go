@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/config"
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/reclaim"
+)
+
+// engineHost adapts *fs.Engine to reclaim.Host: the engine provides every
+// method except that Repoint takes fs.Move rather than reclaim.Move.
+type engineHost struct{ *fs.Engine }
+
+var _ reclaim.Host = engineHost{}
+
+func (h engineHost) Repoint(out uint64, frameBytes, objSize int64, moves []reclaim.Move) (int, error) {
+	fm := make([]fs.Move, len(moves))
+	for i, m := range moves {
+		fm[i] = fs.Move(m)
+	}
+	return h.Engine.Repoint(out, frameBytes, objSize, fm)
+}
+
+// enginePublisher publishes a manifest covering everything written so far
+// (checkpoint creation): barrier, then publication.
+type enginePublisher struct{ e *fs.Engine }
+
+func (p enginePublisher) Publish(ctx context.Context) (uint64, error) {
+	if err := p.e.Barrier(ctx); err != nil {
+		return 0, err
+	}
+	return p.e.DB().Publish(ctx)
+}
+
+// background is the writer's reclamation: the segment reclamation cycle
+// and orphan sweep (reclaim.Reclaimer, fed by the engine's events through
+// Triggers) and the metadata object GC.
+type background struct {
+	r  *reclaim.Reclaimer
+	gc *reclaim.MetaGC
+}
+
+var errReadOnly = errors.New("this process is a read-only reader; run the command against the writer")
+
+// startBackground starts reclamation for a writer; trig is the fs.Events
+// the engine was opened with.
+func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.Keys, trig *reclaim.Triggers, log *slog.Logger) (*background, error) {
+	r, err := reclaim.New(reclaim.Options{
+		Host:                 engineHost{e},
+		Store:                st,
+		Keys:                 k,
+		FlushInterval:        c.Metadata.FlushInterval.D(),
+		MinDeadPercent:       c.Reclaim.MinDeadPercent,
+		MaxConcurrentRepacks: c.Reclaim.MaxConcurrentRepacks,
+		Logger:               log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	trig.Attach(r)
+	r.Start()
+	gc := reclaim.NewMetaGC(reclaim.MetaGCOptions{Store: st, DB: e.DB(), Logger: log})
+	gc.Start()
+	return &background{r: r, gc: gc}, nil
+}
+
+// close stops new work and waits for admitted jobs.
+func (b *background) close(log *slog.Logger) {
+	if b == nil {
+		return
+	}
+	start := time.Now()
+	b.gc.Close()
+	if err := b.r.Close(); err != nil {
+		log.Warn("reclaim: close", "err", err)
+	}
+	log.Debug("reclamation stopped", "took", time.Since(start).Round(time.Millisecond))
+}
