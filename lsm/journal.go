@@ -113,38 +113,54 @@ func DecodeJournal(plain []byte) (Journal, error) {
 	return j, nil
 }
 
-// validateBatch walks a batch representation and accepts only the record
-// kinds Batch produces; merges must be well-formed counter deltas. This
-// keeps a bad (but authentic) journal from wedging Pebble compactions.
+// validateBatch walks a batch representation with its own bounds-checked
+// decoder (Pebble's batchrepr reader trusts its input and can index out of
+// range) and accepts only the record kinds Batch produces; merges must be
+// well-formed counter deltas. This keeps a bad but authentic journal from
+// crashing or wedging Pebble.
 func validateBatch(repr []byte) error {
 	h, ok := batchrepr.ReadHeader(repr)
 	if !ok {
 		return errors.New("bad batch header")
 	}
-	r := batchrepr.Read(repr)
+	rest := repr[batchrepr.HeaderLen:]
+	str := func() ([]byte, error) {
+		n, w := binary.Uvarint(rest)
+		if w <= 0 || w > 5 || n > uint64(len(rest)-w) {
+			return nil, errors.New("bad string length")
+		}
+		s := rest[w : w+int(n)]
+		rest = rest[w+int(n):]
+		return s, nil
+	}
 	var n uint32
-	for {
-		kind, ukey, value, ok, err := r.Next()
+	for len(rest) > 0 {
+		kind := pebble.InternalKeyKind(rest[0])
+		rest = rest[1:]
+		ukey, err := str()
 		if err != nil {
-			return fmt.Errorf("batch record %d: %v", n, err)
+			return fmt.Errorf("batch record %d key: %v", n, err)
 		}
-		if !ok {
-			break
-		}
-		n++
+		var value []byte
 		switch kind {
-		case pebble.InternalKeyKindSet, pebble.InternalKeyKindDelete,
-			pebble.InternalKeyKindSingleDelete, pebble.InternalKeyKindDeleteSized,
-			pebble.InternalKeyKindRangeDelete, pebble.InternalKeyKindLogData:
-		case pebble.InternalKeyKindMerge:
+		case pebble.InternalKeyKindDelete, pebble.InternalKeyKindSingleDelete, pebble.InternalKeyKindLogData:
+		case pebble.InternalKeyKindSet, pebble.InternalKeyKindDeleteSized, pebble.InternalKeyKindRangeDelete, pebble.InternalKeyKindMerge:
+			if value, err = str(); err != nil {
+				return fmt.Errorf("batch record %d value: %v", n, err)
+			}
+		default:
+			return fmt.Errorf("batch record %d: unsupported kind %d", n, kind)
+		}
+		if kind == pebble.InternalKeyKindMerge {
 			if err := checkCounterKey(ukey); err != nil {
 				return err
 			}
 			if _, _, _, err := DecodeCounter(value); err != nil {
 				return err
 			}
-		default:
-			return fmt.Errorf("batch record %d: unsupported kind %v", n, kind)
+		}
+		if kind != pebble.InternalKeyKindLogData {
+			n++
 		}
 	}
 	if n != h.Count {
