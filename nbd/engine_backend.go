@@ -354,7 +354,13 @@ func (x *engineExport) zeroNoHole(ctx context.Context, off, length int64) error 
 		} else if err != nil {
 			return engineErr(err)
 		}
-		hole = min(max(hole, data), end)
+		if hole <= data {
+			// The data went away between the two calls (a concurrent
+			// trim): nothing to zero here, but always make progress.
+			pos = data + 1
+			continue
+		}
+		hole = min(hole, end)
 		for p := data; p < hole; {
 			if err := ctx.Err(); err != nil {
 				return err
