@@ -167,3 +167,22 @@ func TestLargeXattr(t *testing.T) {
 		t.Fatalf("read back: %d %v", n, err)
 	}
 }
+
+func TestCreateRaceWithoutExcl(t *testing.T) {
+	m := mount(t)
+	for round := range 20 {
+		name := m.path("shared-" + string(rune('a'+round)))
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				f, err := os.OpenFile(name, os.O_CREATE|os.O_WRONLY, 0o644)
+				if err != nil {
+					t.Errorf("open(O_CREAT) racing another create: %v", err)
+					return
+				}
+				f.Close()
+			})
+		}
+		wg.Wait()
+	}
+}

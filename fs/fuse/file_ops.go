@@ -52,6 +52,11 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	a, err := n.fsys.e.Create(ctx, n.ino(), name, mode, uid, gid)
+	if errors.Is(err, ebbfs.ErrExist) && flags&syscall.O_EXCL == 0 {
+		// The kernel looked the name up and found nothing, but it was
+		// created since: open(2) without O_EXCL opens what is there.
+		return n.openExisting(ctx, name, flags, out)
+	}
 	if err != nil {
 		return nil, nil, 0, n.fsys.toErrno(err, "create", n.ino())
 	}
@@ -65,6 +70,37 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno
 	}
 	return ch, h, 0, 0
+}
+
+// openExisting finishes an O_CREAT open that lost a race with another
+// create of the same name.
+func (n *Node) openExisting(ctx context.Context, name string, flags uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	a, err := n.fsys.e.Lookup(ctx, n.ino(), name)
+	if err != nil {
+		return nil, nil, 0, n.fsys.toErrno(err, "create", n.ino())
+	}
+	switch {
+	case a.IsDir():
+		return nil, nil, 0, syscall.EISDIR
+	case !a.IsRegular():
+		// Opening a special file needs the kernel's own open path.
+		return nil, nil, 0, syscall.EEXIST
+	}
+	ch := n.newNode(ctx, a, out)
+	child, ok := ch.Operations().(*Node)
+	if !ok {
+		return nil, nil, 0, syscall.EIO
+	}
+	fh, _, errno := child.Open(ctx, flags)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		if a, err = n.fsys.e.GetAttr(ctx, child.ino()); err == nil {
+			fillAttr(&out.Attr, a)
+		}
+	}
+	return ch, fh, 0, 0
 }
 
 // release ends one open of n. It runs even when the request was
