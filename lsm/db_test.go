@@ -311,3 +311,21 @@ func TestReadOnlyCannotWrite(t *testing.T) {
 	defer p.Close()
 	wantVal(t, p, "ic", "3")
 }
+
+func TestAutoPublishAfterManifestEvery(t *testing.T) {
+	s := objstore.NewMem()
+	o := testOpts(t, s, testKeys(t))
+	o.DisableAutoPublish = false
+	o.ManifestEvery = 3
+	db := mustOpen(t, o)
+	defer db.Close()
+	for i := range 3 {
+		set(t, db, fmt.Sprintf("i%d", i), "v")
+		barrier(t, db)
+	}
+	waitFor(t, func() bool { return len(keysUnder(t, s, manifestPrefix)) == 1 })
+	waitFor(t, func() bool { return len(keysUnder(t, s, journalPrefix)) == 0 })
+	if db.LatestManifest() == 0 {
+		t.Fatal("LatestManifest not updated by the background publisher")
+	}
+}
