@@ -71,6 +71,11 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 	if err := r.host.Barrier(ctx); err != nil {
 		return st, fmt.Errorf("reclaim: barrier: %w", err)
 	}
+	if err := r.host.DB().Fenced(); err != nil {
+		// A writer that lost the lease deletes and rewrites nothing.
+		st.Blocked = "fenced"
+		return st, fmt.Errorf("reclaim: %w", err)
+	}
 	st.Cutoff = r.host.SegmentCutoff()
 	failpoint.Hit("cycle-after-barrier")
 

@@ -286,7 +286,7 @@ func TestDeleteBeforeCounterRemoved(t *testing.T) {
 }
 
 // armFailpoint arms name with action for the rest of the test.
-func armFailpoint(t *testing.T, name string, action func(string)) {
+func armFailpoint(t testing.TB, name string, action func(string)) {
 	t.Helper()
 	failpoint.SetAction(action)
 	failpoint.Arm(name)

@@ -59,7 +59,7 @@ func (f *fakeCheckpoints) set(err error, recs ...checkpoint.Record) {
 // env is a real engine on an in-memory store, behind a fault injector
 // and a request counter, on a fake clock.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	mem    *objstore.Mem
 	faulty *objstore.Faulty
@@ -92,7 +92,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newEnv(t *testing.T, mod ...func(*Options)) *env {
+func newEnv(t testing.TB, mod ...func(*Options)) *env {
 	t.Helper()
 	v := &env{t: t, ctx: context.Background(), mem: objstore.NewMem(), clk: clock.NewFake(t0), cps: &fakeCheckpoints{}, logBuf: &syncBuffer{}}
 	v.faulty = objstore.NewFaulty(v.mem)
@@ -300,7 +300,7 @@ func (v *env) deadline(id uint64) (time.Duration, bool) {
 func (v *env) segOf(ino uint64, idx uint64) uint64 { return v.pointer(ino, idx).Segment }
 
 // waitFor polls cond (real time) for up to 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -377,3 +377,5 @@ const (
 	MinGrace    = checkpoint.GraceFloor
 	GraceMargin = checkpoint.GraceMargin
 )
+
+var objstoreNoCond = objstore.PutOptions{}

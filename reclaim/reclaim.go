@@ -395,7 +395,7 @@ func (r *Reclaimer) runScheduledCycle() (CycleStats, error) {
 	r.mu.Unlock()
 	st, err := r.cycle(r.ctx)
 	r.mu.Lock()
-	if (err != nil || st.Retry) && !r.mu.closed {
+	if (err != nil || st.Retry) && !r.mu.closed && r.host.DB().Fenced() == nil {
 		r.mu.retryAt = r.clk.Mono() + RetryDelay
 	}
 	r.mu.lastStats = st

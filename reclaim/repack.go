@@ -185,6 +185,12 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 	out := r.host.NewSegmentID()
 	defer r.host.SegmentDone(out)
 	b := segment.NewBuilder(r.opts.Keys, out, segment.CodecNone)
+	var total int64
+	for _, f := range frames {
+		total += int64(len(f.frame))
+	}
+	// Frames, directory and footer in one allocation: Finish appends in place.
+	b.Grow(int(min(total+int64(len(frames))*segment.DirEntrySize+keys.Overhead+segment.FooterSize, MaxOutput)))
 	moves := make([]Move, 0, len(frames))
 	for _, f := range frames {
 		n := int64(b.Frames() + 1)

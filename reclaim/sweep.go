@@ -128,6 +128,9 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 	mono0 := r.clk.Mono()
 	req0 := r.store.Snapshot()
 	st.Horizon = r.host.SweepHorizon()
+	if err := r.host.DB().Fenced(); err != nil {
+		return st, fmt.Errorf("reclaim: sweep: %w", err)
+	}
 	defer func() {
 		st.Duration = r.clk.Mono() - mono0
 		st.Requests = r.store.Snapshot().Sub(req0)
