@@ -23,7 +23,7 @@ import (
 // inodes; each loaded inode has its own mutex for its attributes and dirty
 // data; ptrMu covers every read-modify-write of extent pointers, so a
 // repack repoint, the cleaner and a flush commit never debit a counter for
-// a pointer another of them just moved. Order: flushMu, ns, inode.mu, ptrMu.
+// a pointer another of them just moved. Order: flushMu, ns, ptrMu, inode.mu.
 // Writes take only the inode's mutex, so work on other files goes on.
 type Engine struct {
 	opts  Options
@@ -39,8 +39,8 @@ type Engine struct {
 		inodes  map[uint64]*inode
 	}
 
-	flushMu    sync.Mutex // one flush (and barrier) at a time
-	ptrMu      sync.Mutex // every read-modify-write of extent pointers and counters
+	flushMu    chan struct{} // one flush (and barrier) at a time; see lockFlush
+	ptrMu      sync.Mutex    // every read-modify-write of extent pointers and counters
 	segSeq     atomic.Uint64
 	inflightMu sync.Mutex
 	inflight   map[uint64]bool // segment ids allocated but not yet committed
@@ -114,7 +114,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fs: cache dir: %w", err)
 	}
-	db, err := lsm.Open(ctx, lsm.Options{
+	lo := lsm.Options{
 		Dir:      filepath.Join(o.CacheDir, "meta"),
 		Store:    o.Store,
 		Keys:     o.Keys,
@@ -122,7 +122,11 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		Logger:   o.Logger,
 		ReadOnly: o.ReadOnly,
 		Holder:   o.Holder,
-	})
+	}
+	if o.tuneLSM != nil {
+		o.tuneLSM(&lo)
+	}
+	db, err := lsm.Open(ctx, lo)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +150,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		rd:        rd,
 		codec:     segment.CodecLZ4,
 		dirtyWait: make(chan struct{}),
+		flushMu:   make(chan struct{}, 1),
 		kickFlush: make(chan struct{}, 1),
 		kickClean: make(chan struct{}, 1),
 	}
@@ -265,6 +270,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	var err error
 	if !e.opts.ReadOnly {
 		err = e.Barrier(ctx)
+		if err != nil {
+			e.log.Error("final barrier failed; data written since the last barrier is not durable", "err", err)
+		}
 	}
 	e.cancel()
 	e.wg.Wait()
@@ -415,3 +423,16 @@ func (n *inode) attrNow() Attr {
 	a.Blocks += uint64(len(n.dirty)) * (segment.ExtentSize / 512)
 	return a
 }
+
+// lockFlush takes the flush lock, giving up when ctx ends (a barrier stuck
+// behind an upload that waits out a store outage can still be abandoned).
+func (e *Engine) lockFlush(ctx context.Context) error {
+	select {
+	case e.flushMu <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (e *Engine) unlockFlush() { <-e.flushMu }

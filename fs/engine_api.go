@@ -7,6 +7,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -25,6 +26,8 @@ type Options struct {
 	Logger           *slog.Logger
 	Clock            clock.Clock
 	Events           Events // reclamation hooks; may be nil
+
+	tuneLSM func(*lsm.Options) // tests: adjust the metadata store's options
 }
 
 // Events lets the reclamation stages hear about engine activity without fs

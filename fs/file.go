@@ -352,8 +352,10 @@ func (e *Engine) truncate(ctx context.Context, ino uint64, size uint64) error {
 	}
 	old := n.attr.Size
 	n.mu.Unlock()
-	e.flushMu.Lock()
-	defer e.flushMu.Unlock()
+	if err := e.lockFlush(ctx); err != nil {
+		return err
+	}
+	defer e.unlockFlush()
 	if size < old {
 		if err := e.zeroRange(ctx, n, int64(size), int64(old-size), true); err != nil {
 			return err
@@ -396,8 +398,10 @@ func (e *Engine) Punch(ctx context.Context, ino uint64, off, length int64) error
 		return nil
 	}
 	length = min(length, size-off)
-	e.flushMu.Lock()
-	defer e.flushMu.Unlock()
+	if err := e.lockFlush(ctx); err != nil {
+		return err
+	}
+	defer e.unlockFlush()
 	if err := e.zeroRange(ctx, n, off, length, false); err != nil {
 		return err
 	}

@@ -30,8 +30,10 @@ func (e *Engine) Barrier(ctx context.Context) error {
 	if e.opts.ReadOnly {
 		return nil
 	}
-	e.flushMu.Lock()
-	defer e.flushMu.Unlock()
+	if err := e.lockFlush(ctx); err != nil {
+		return err
+	}
+	defer e.unlockFlush()
 	if err := e.flushLocked(ctx); err != nil {
 		return err
 	}
@@ -50,8 +52,10 @@ func (e *Engine) Seal(ctx context.Context) error {
 	if e.opts.ReadOnly {
 		return nil
 	}
-	e.flushMu.Lock()
-	defer e.flushMu.Unlock()
+	if err := e.lockFlush(ctx); err != nil {
+		return err
+	}
+	defer e.unlockFlush()
 	return e.flushLocked(ctx)
 }
 
@@ -105,11 +109,11 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 		sort.Slice(part, func(i, j int) bool { return part[i].idx < part[j].idx })
 	}
 	if len(items) > 0 {
-		dirty := int64(len(items)) * extentSize
-		err := e.writeSegments(ctx, items)
-		e.dirtyDone(dirty)
+		done, err := e.writeSegments(ctx, items)
 		if err != nil {
-			e.requeue(items)
+			rest := items[done:]
+			e.dirtyDone(int64(len(rest)) * extentSize)
+			e.requeue(rest)
 			return err
 		}
 	}
@@ -199,8 +203,11 @@ func (e *Engine) SweepHorizon() uint64 {
 }
 
 // writeSegments encodes items into segments of about SegmentTarget bytes,
-// uploads each, and only then commits its pointers.
-func (e *Engine) writeSegments(ctx context.Context, items []flushItem) error {
+// uploads each, and only then commits its pointers. It returns how many
+// items were committed; their dirty bytes are released segment by segment
+// so that writers blocked on the dirty limit go on early.
+func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error) {
+	items := all
 	for len(items) > 0 {
 		segID := e.newSegID()
 		b := segment.NewBuilder(e.opts.Keys, segID, e.codec)
@@ -225,21 +232,22 @@ func (e *Engine) writeSegments(ctx context.Context, items []flushItem) error {
 				return segment.Upload(ctx, e.opts.Store, segID, obj)
 			}); err != nil {
 				e.uploadDone(segID)
-				return err
+				return len(all) - len(items) - len(batch), err
 			}
 			failpoint.Hit("segment-after-upload")
 		}
 		err := e.commitSegment(segID, int64(b.Size()), int64(len(obj)), batch)
 		e.uploadDone(segID)
 		if err != nil {
-			return err
+			return len(all) - len(items) - len(batch), err
 		}
+		e.dirtyDone(int64(len(batch)) * extentSize)
 		failpoint.Hit("segment-after-commit")
 		if len(obj) > 0 && e.opts.Events != nil {
 			e.opts.Events.Sealed(segID, int64(len(obj)))
 		}
 	}
-	return nil
+	return len(all), nil
 }
 
 // commitSegment points the extents of batch at their frames in segID and
