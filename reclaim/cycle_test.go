@@ -398,3 +398,25 @@ func TestSegmentsAboveCutoffIgnored(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+func TestCycleSealsAndBarriersFirst(t *testing.T) {
+	v := newEnv(t)
+	a, err := v.e.Create(v.ctx, 1, "dirty", 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.e.Write(v.ctx, a.Ino, bytes.Repeat([]byte{7}, 3*segment.ExtentSize), 0); err != nil {
+		t.Fatal(err)
+	}
+	before := len(v.objects())
+	st := v.mustCycle()
+	if v.e.DB().Pending() != 0 {
+		t.Fatal("the cycle did not run the barrier")
+	}
+	if len(v.objects()) != before+1 {
+		t.Fatal("the cycle did not seal the dirty data")
+	}
+	if p := v.pointer(a.Ino, 0); p.Segment >= st.Cutoff {
+		t.Fatalf("sealed segment %016x not below the cutoff %016x", p.Segment, st.Cutoff)
+	}
+}

@@ -12,6 +12,32 @@
 // the system key "s" + "reclaim.last-sweep" (8-byte big-endian Unix
 // nanoseconds). Deadlines live in memory only: after a restart, dead
 // segments get a fresh full grace period.
+//
+// Decisions where DESIGN.md is silent:
+//
+//   - "Current and durable" pointers: every cycle seals and runs the
+//     barrier before it captures the cutoff, and a segment is deleted only
+//     in a cycle after the one that recorded its deadline, so the pointers
+//     the deletion check reads are durable too (no new pointer ever goes
+//     into an existing segment).
+//   - The pointer check reads every directory entry's extent and the
+//     segment's counter in one Pebble iterator (a consistent view), so a
+//     counter repair delta stays right under concurrent debits. Any
+//     pointer into the segment, at any offset, counts as a reference.
+//   - While a persistent checkpoint exists no deadline is recorded; a
+//     segment that died meanwhile gets its full grace once it is gone.
+//   - A dead segment whose deadline passed is retried after RetryDelay
+//     when its check hit a read error; the deadline itself never moves.
+//   - The sweep records its start time; a failed sweep (a LIST or DELETE
+//     error) retries after RetryDelay, doubling up to SweepRetryMax, and
+//     does not update the timestamp. Objects whose directory cannot be
+//     read are kept and reported without failing the sweep. A counter-less
+//     object that pointers do reference is kept and its counter recreated
+//     from the truth.
+//   - A fenced writer (lost lease) deletes and rewrites nothing and stops
+//     retrying.
+//   - Close stops admissions and cancels work not yet admitted (every step
+//     is idempotent); admitted repack jobs run to completion.
 package reclaim
 
 import (
