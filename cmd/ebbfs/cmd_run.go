@@ -148,7 +148,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	// Signals are caught from the start so that an early SIGTERM still
 	// goes through the orderly path below.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -183,10 +183,13 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	if err := os.MkdirAll(c.Cache.Dir, 0o700); err != nil {
 		return fmt.Errorf("cache directory: %w", err)
 	}
-	st, k, err := unlock(ctx, c)
+	rawStore, k, err := unlock(ctx, c)
 	if err != nil {
 		return err
 	}
+	// Every request of this process is counted for /metrics.
+	counting := objstore.NewCounting(rawStore)
+	var st objstore.Store = counting
 	host, _ := os.Hostname()
 	var events fs.Events
 	triggers := &reclaim.Triggers{}
@@ -244,6 +247,9 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 
 	adm := admin.New(p, admin.Options{TCP: c.AdminListen(), Unix: c.Admin.UnixSocket, Logger: log})
 	p.routes(adm)
+	if err := adm.Registry().Register(newCollector(p, counting)); err != nil {
+		log.Warn("metrics: collector not registered", "err", err)
+	}
 	if a := c.AdminListen(); a != "" && !config.IsLoopback(a) {
 		log.Warn("admin endpoint listens beyond loopback; anyone who can reach it can flush and read status", "listen", a)
 	}
