@@ -14,6 +14,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
 
@@ -86,9 +87,6 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if o.MemoryCacheBytes <= 0 {
 		o.MemoryCacheBytes = 256 << 20
 	}
-	if o.DiskCacheBytes <= 0 {
-		o.DiskCacheBytes = 10 << 30
-	}
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = time.Second
 	}
@@ -130,11 +128,19 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	diskDir := filepath.Join(o.CacheDir, "frames")
+	if _, local := o.Store.(*objstore.Local); (local && o.DiskCacheBytes == 0) || o.DiskCacheBytes < 0 {
+		// A local-directory store is a disk already: caching its frames on
+		// disk again would only double the bytes written.
+		diskDir, o.DiskCacheBytes = "", 0
+	} else if o.DiskCacheBytes == 0 {
+		o.DiskCacheBytes = 10 << 30
+	}
 	rd, err := segment.NewReader(segment.ReaderOptions{
 		Store:       o.Store,
 		Keys:        o.Keys,
 		MemoryBytes: o.MemoryCacheBytes,
-		DiskDir:     filepath.Join(o.CacheDir, "frames"),
+		DiskDir:     diskDir,
 		DiskBytes:   o.DiskCacheBytes,
 		Logger:      o.Logger,
 	})

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
@@ -203,51 +206,115 @@ func (e *Engine) SweepHorizon() uint64 {
 }
 
 // writeSegments encodes items into segments of about SegmentTarget bytes,
-// uploads each, and only then commits its pointers. It returns how many
-// items were committed; their dirty bytes are released segment by segment
-// so that writers blocked on the dirty limit go on early.
+// uploads each, and only then commits its pointers. Frames are encoded on
+// every core, and the next segment is encoded while the previous one is
+// uploading. It returns how many items (a prefix) were committed; their
+// dirty bytes are released segment by segment so that writers blocked on
+// the dirty limit go on early.
 func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error) {
-	items := all
-	for len(items) > 0 {
-		segID := e.newSegID()
-		b := segment.NewBuilder(e.opts.Keys, segID, e.codec)
-		used := 0
-		for used < len(items) && int64(b.Size()) < e.opts.SegmentTarget {
-			it := &items[used]
-			used++
-			data := bytes.TrimRight(it.fe.data, "\x00")
-			if len(data) == 0 {
-				it.hole = true
-				continue
-			}
-			it.ptr = b.Add(segment.FrameID{Ino: it.n.ino, Extent: it.idx, Gen: segID}, data)
+	committed := 0
+	var pending chan error // the upload and commit in flight, if any
+	var pendingLen int
+	wait := func() error {
+		if pending == nil {
+			return nil
 		}
-		batch := items[:used]
-		items = items[used:]
+		err := <-pending
+		pending = nil
+		if err == nil {
+			committed += pendingLen
+		}
+		return err
+	}
+	for start := 0; start < len(all); {
+		end, plain := start, int64(0)
+		for end < len(all) && plain < e.opts.SegmentTarget {
+			plain += extentSize
+			end++
+		}
+		batch := all[start:end]
+		start = end
+		segID := e.newSegID()
+		b := e.encodeSegment(segID, batch)
 		var obj []byte
 		if b.Frames() > 0 {
 			obj = b.Finish()
-			failpoint.Hit("segment-before-upload")
-			if err := e.retry(ctx, "upload "+segment.Key(segID), func() error {
-				return segment.Upload(ctx, e.opts.Store, segID, obj)
-			}); err != nil {
-				e.uploadDone(segID)
-				return len(all) - len(items) - len(batch), err
-			}
-			failpoint.Hit("segment-after-upload")
 		}
-		err := e.commitSegment(segID, int64(b.Size()), int64(len(obj)), batch)
-		e.uploadDone(segID)
-		if err != nil {
-			return len(all) - len(items) - len(batch), err
+		if err := wait(); err != nil {
+			e.uploadDone(segID)
+			return committed, err
 		}
-		e.dirtyDone(int64(len(batch)) * extentSize)
-		failpoint.Hit("segment-after-commit")
-		if len(obj) > 0 && e.opts.Events != nil {
-			e.opts.Events.Sealed(segID, int64(len(obj)))
-		}
+		pending, pendingLen = make(chan error, 1), len(batch)
+		go func(segID uint64, frameBytes int64, obj []byte, batch []flushItem) {
+			pending <- e.uploadAndCommit(ctx, segID, frameBytes, obj, batch)
+		}(segID, int64(b.Size()), obj, batch)
 	}
-	return len(all), nil
+	err := wait()
+	return committed, err
+}
+
+// encodeSegment seals the frames of batch into a new segment builder,
+// spreading the compression and encryption over the cores.
+func (e *Engine) encodeSegment(segID uint64, batch []flushItem) *segment.Builder {
+	frames := make([][]byte, len(batch))
+	datas := make([][]byte, len(batch))
+	for i := range batch {
+		datas[i] = bytes.TrimRight(batch[i].fe.data, "\x00")
+		batch[i].hole = len(datas[i]) == 0
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(batch) {
+					return
+				}
+				if batch[i].hole {
+					continue
+				}
+				id := segment.FrameID{Ino: batch[i].n.ino, Extent: batch[i].idx, Gen: segID}
+				frames[i] = segment.EncodeFrame(nil, e.opts.Keys, id, datas[i], e.codec)
+			}
+		}()
+	}
+	wg.Wait()
+	b := segment.NewBuilder(e.opts.Keys, segID, e.codec)
+	for i := range batch {
+		if batch[i].hole {
+			continue
+		}
+		id := segment.FrameID{Ino: batch[i].n.ino, Extent: batch[i].idx, Gen: segID}
+		batch[i].ptr = b.AddEncoded(id, frames[i], uint32(len(datas[i])))
+	}
+	return b
+}
+
+// uploadAndCommit uploads one segment (waiting out store outages) and then
+// commits its pointers.
+func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes int64, obj []byte, batch []flushItem) error {
+	defer e.uploadDone(segID)
+	if len(obj) > 0 {
+		failpoint.Hit("segment-before-upload")
+		if err := e.retry(ctx, "upload "+segment.Key(segID), func() error {
+			return segment.Upload(ctx, e.opts.Store, segID, obj)
+		}); err != nil {
+			return err
+		}
+		failpoint.Hit("segment-after-upload")
+	}
+	if err := e.commitSegment(segID, frameBytes, int64(len(obj)), batch); err != nil {
+		return err
+	}
+	e.dirtyDone(int64(len(batch)) * extentSize)
+	failpoint.Hit("segment-after-commit")
+	if len(obj) > 0 && e.opts.Events != nil {
+		e.opts.Events.Sealed(segID, int64(len(obj)))
+	}
+	return nil
 }
 
 // commitSegment points the extents of batch at their frames in segID and

@@ -37,7 +37,24 @@ type diskCache struct {
 	used int64
 	lru  *list.List // front = most recent; values *diskEntry
 	m    map[uint64]map[uint32]*list.Element
+
+	// Writes happen on one background goroutine so that reads never wait
+	// for file creation; when the queue is full a frame is simply not
+	// cached.
+	q       chan diskPut
+	done    chan struct{}
+	closeMu sync.Mutex
+	closed  bool
 }
+
+type diskPut struct {
+	p     Pointer
+	frame []byte
+	ack   chan struct{} // a sync marker: closed once everything before it is written
+}
+
+// diskQueue is how many frames may wait to be written to the disk cache.
+const diskQueue = 256
 
 type diskEntry struct {
 	seg    uint64
@@ -51,7 +68,8 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
-	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), m: map[uint64]map[uint32]*list.Element{}}
+	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), m: map[uint64]map[uint32]*list.Element{},
+		q: make(chan diskPut, diskQueue), done: make(chan struct{})}
 	type found struct {
 		e   diskEntry
 		mod time.Time
@@ -101,7 +119,43 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	c.mu.Lock()
 	c.evictLocked(0)
 	c.mu.Unlock()
+	go c.writer()
 	return c, nil
+}
+
+func (c *diskCache) writer() {
+	defer close(c.done)
+	for it := range c.q {
+		if it.ack != nil {
+			close(it.ack)
+			continue
+		}
+		c.putSync(it.p, it.frame)
+	}
+}
+
+// sync waits until every queued frame is written (tests).
+func (c *diskCache) sync() {
+	c.closeMu.Lock()
+	if c.closed {
+		c.closeMu.Unlock()
+		return
+	}
+	ack := make(chan struct{})
+	c.q <- diskPut{ack: ack}
+	c.closeMu.Unlock()
+	<-ack
+}
+
+// close drains the queue and stops the writer.
+func (c *diskCache) close() {
+	c.closeMu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.q)
+	}
+	c.closeMu.Unlock()
+	<-c.done
 }
 
 func parseShard(s string) (uint8, bool) {
@@ -210,25 +264,44 @@ func (c *diskCache) drop(p Pointer, why string) {
 	}
 }
 
-// put stores an encrypted frame (temp file + rename). Errors only cost a
-// future cache miss, so they are logged and otherwise ignored.
+// put queues an encrypted frame for the disk cache without waiting.
 func (c *diskCache) put(p Pointer, frame []byte) {
 	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
 		return
 	}
-	e := diskEntry{seg: p.Segment, off: p.Offset, length: p.Length}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.m[e.seg][e.off]; ok {
-		c.lru.MoveToFront(el)
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.closed {
 		return
 	}
-	c.evictLocked(int64(len(frame)))
+	select {
+	case c.q <- diskPut{p: p, frame: append([]byte(nil), frame...)}:
+	default:
+	}
+}
+
+// putSync stores an encrypted frame (temp file + rename). Errors only cost
+// a future cache miss, so they are logged and otherwise ignored.
+func (c *diskCache) putSync(p Pointer, frame []byte) {
+	e := diskEntry{seg: p.Segment, off: p.Offset, length: p.Length}
+	c.mu.Lock()
+	if el, ok := c.m[e.seg][e.off]; ok {
+		c.lru.MoveToFront(el)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
 	path := c.path(e)
 	if err := writeFileAtomic(path, frame); err != nil {
 		c.log.Warn("segment cache: write failed", "file", path, "err", err)
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[e.seg][e.off]; ok {
+		return
+	}
+	c.evictLocked(int64(len(frame)))
 	c.insertLocked(e)
 }
 

@@ -146,6 +146,9 @@ func (r *Reader) Close() error {
 	r.mu.closed = true
 	r.mu.mem = nil
 	r.mu.pending = nil
+	if r.disk != nil {
+		r.disk.close()
+	}
 	return nil
 }
 

@@ -64,6 +64,9 @@ func (f *fixture) readAll(t *testing.T, r *Reader, idx ...int) {
 		if !bytes.Equal(got, f.plains[i]) {
 			t.Fatalf("read %d: wrong data", i)
 		}
+		if r.disk != nil {
+			r.disk.sync() // disk cache writes are asynchronous
+		}
 	}
 }
 
