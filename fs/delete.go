@@ -140,7 +140,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 			break
 		}
 		elo, ehi := schema.ExtentRange(ino, 0, 0)
-		it, err := e.db.NewIter(elo, ehi)
+		it, err := e.newIter(elo, ehi)
 		if err != nil {
 			return 0, err
 		}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
@@ -180,7 +182,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 // load reads the engine's system records and, for a writer, creates the root
 // directory of a new filesystem and finishes deletions a crash interrupted.
 func (e *Engine) load(ctx context.Context) error {
-	v, ok, err := e.db.Get(schema.NextInoKey)
+	v, ok, err := e.get(schema.NextInoKey)
 	if err != nil {
 		return err
 	}
@@ -190,7 +192,7 @@ func (e *Engine) load(ctx context.Context) error {
 			return fmt.Errorf("fs: next inode record: %w", err)
 		}
 	}
-	_, ok, err = e.db.Get(schema.InodeKey(RootIno))
+	_, ok, err = e.get(schema.InodeKey(RootIno))
 	if err != nil {
 		return err
 	}
@@ -245,7 +247,7 @@ func (e *Engine) now() int64 { return e.clk.Now().UnixNano() }
 
 // scan calls f for every key in [lower, upper).
 func (e *Engine) scan(lower, upper []byte, f func(k, v []byte) error) error {
-	it, err := e.db.NewIter(lower, upper)
+	it, err := e.newIter(lower, upper)
 	if err != nil {
 		return err
 	}
@@ -258,15 +260,7 @@ func (e *Engine) scan(lower, upper []byte, f func(k, v []byte) error) error {
 	return it.Error()
 }
 
-func (e *Engine) commit(b *lsm.Batch) error {
-	if err := e.db.Commit(b); err != nil {
-		if errors.Is(err, lsm.ErrFenced) {
-			return fmt.Errorf("%w: %v", ErrFenced, err)
-		}
-		return err
-	}
-	return nil
-}
+func (e *Engine) commit(b *lsm.Batch) error { return e.mapErr(e.db.Commit(b)) }
 
 // Close runs a final barrier (writer) and releases everything.
 func (e *Engine) Close(ctx context.Context) error {
@@ -325,7 +319,7 @@ func (e *Engine) acquireLocked(ino uint64) (*inode, error) {
 		n.refs++
 		return n, nil
 	}
-	v, ok, err := e.db.Get(schema.InodeKey(ino))
+	v, ok, err := e.get(schema.InodeKey(ino))
 	if err != nil {
 		return nil, err
 	}
@@ -383,7 +377,7 @@ func (n *inode) record(parent uint64) schema.Inode {
 
 // getRecord reads the stored inode record.
 func (e *Engine) getRecord(ino uint64) (schema.Inode, error) {
-	v, ok, err := e.db.Get(schema.InodeKey(ino))
+	v, ok, err := e.get(schema.InodeKey(ino))
 	if err != nil {
 		return schema.Inode{}, err
 	}
@@ -442,3 +436,26 @@ func (e *Engine) lockFlush(ctx context.Context) error {
 }
 
 func (e *Engine) unlockFlush() { <-e.flushMu }
+
+// get reads a metadata key; after Close it fails with ErrClosed.
+func (e *Engine) get(key []byte) ([]byte, bool, error) {
+	v, ok, err := e.db.Get(key)
+	return v, ok, e.mapErr(err)
+}
+
+func (e *Engine) newIter(lower, upper []byte) (*pebble.Iterator, error) {
+	it, err := e.db.NewIter(lower, upper)
+	return it, e.mapErr(err)
+}
+
+func (e *Engine) mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, lsm.ErrClosed):
+		return fmt.Errorf("%w: %v", ErrClosed, err)
+	case errors.Is(err, lsm.ErrFenced):
+		return fmt.Errorf("%w: %v", ErrFenced, err)
+	}
+	return err
+}

@@ -60,7 +60,7 @@ func (e *Engine) Release(ctx context.Context, ino uint64) error {
 
 // pointer returns the committed pointer of an extent, if any.
 func (e *Engine) pointer(ino, idx uint64) (segment.Pointer, bool, error) {
-	v, ok, err := e.db.Get(schema.ExtentKey(ino, idx))
+	v, ok, err := e.get(schema.ExtentKey(ino, idx))
 	if err != nil || !ok {
 		return segment.Pointer{}, false, err
 	}
@@ -600,7 +600,7 @@ func (e *Engine) nextDataLocked(n *inode, idx uint64) (uint64, bool, error) {
 		}
 	}
 	lo, hi := schema.ExtentRange(n.ino, idx, 0)
-	it, err := e.db.NewIter(lo, hi)
+	it, err := e.newIter(lo, hi)
 	if err != nil {
 		return 0, false, err
 	}

@@ -89,7 +89,7 @@ func (t *txn) finish(err error) error {
 }
 
 func (e *Engine) dirent(parent uint64, name string) (schema.Dirent, bool, error) {
-	v, ok, err := e.db.Get(schema.DirentKey(parent, name))
+	v, ok, err := e.get(schema.DirentKey(parent, name))
 	if err != nil || !ok {
 		return schema.Dirent{}, false, err
 	}
@@ -213,7 +213,7 @@ func (e *Engine) Readlink(ctx context.Context, ino uint64) (string, error) {
 	if a.Mode&ModeType != ModeSymlink {
 		return "", ErrInvalid
 	}
-	v, ok, err := e.db.Get(schema.SymlinkKey(ino))
+	v, ok, err := e.get(schema.SymlinkKey(ino))
 	if err != nil {
 		return "", err
 	}
@@ -325,7 +325,7 @@ func (e *Engine) Unlink(ctx context.Context, parent uint64, name string) error {
 
 func (e *Engine) dirEmpty(ino uint64) (bool, error) {
 	lo, hi := schema.DirentPrefix(ino)
-	it, err := e.db.NewIter(lo, hi)
+	it, err := e.newIter(lo, hi)
 	if err != nil {
 		return false, err
 	}

@@ -14,7 +14,7 @@ func (e *Engine) GetXattr(ctx context.Context, ino uint64, name string) ([]byte,
 	if _, err := e.GetAttr(ctx, ino); err != nil {
 		return nil, err
 	}
-	v, ok, err := e.db.Get(schema.XattrKey(ino, name))
+	v, ok, err := e.get(schema.XattrKey(ino, name))
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (e *Engine) SetXattr(ctx context.Context, ino uint64, name string, value []
 	if err != nil {
 		return t.finish(err)
 	}
-	_, exists, err := e.db.Get(schema.XattrKey(ino, name))
+	_, exists, err := e.get(schema.XattrKey(ino, name))
 	if err != nil {
 		return t.finish(err)
 	}
@@ -83,7 +83,7 @@ func (e *Engine) RemoveXattr(ctx context.Context, ino uint64, name string) error
 	if err != nil {
 		return t.finish(err)
 	}
-	_, exists, err := e.db.Get(schema.XattrKey(ino, name))
+	_, exists, err := e.get(schema.XattrKey(ino, name))
 	if err != nil {
 		return t.finish(err)
 	}
