@@ -58,7 +58,8 @@ func testMain(m *testing.M) int {
 		defer os.RemoveAll(dir)
 		binDir = dir
 		ebbfsBin = filepath.Join(dir, "ebbfs")
-		cmd := exec.Command("go", "build", "-o", ebbfsBin, "ebbfs.dev/ebbfs/cmd/ebbfs")
+		// The test clock (EBBFS_TEST_TIME_SCALE) exists only in this build.
+		cmd := exec.Command("go", "build", "-tags", "ebbfs_testclock", "-o", ebbfsBin, "ebbfs.dev/ebbfs/cmd/ebbfs")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "tests: building ebbfs: %v\n", err)
@@ -121,6 +122,11 @@ func withS3(endpoint, region, bucket, prefix, access, secret string) envOption {
 		e.storage = fmt.Sprintf("url = %q\nendpoint = %q\nregion = %q\n", "s3://"+bucket+"/"+prefix, endpoint, region)
 		e.extraEnv = append(e.extraEnv, "AWS_ACCESS_KEY_ID="+access, "AWS_SECRET_ACCESS_KEY="+secret, "AWS_EC2_METADATA_DISABLED=true")
 	}
+}
+
+// withEnvVars adds environment variables for every ebbfs process.
+func withEnvVars(kv ...string) envOption {
+	return func(e *env) { e.extraEnv = append(e.extraEnv, kv...) }
 }
 
 func newEnv(t *testing.T, opts ...envOption) *env {

@@ -51,6 +51,7 @@ var errReadOnly = errors.New("this process is a read-only reader; run the comman
 // startBackground starts reclamation for a writer; trig is the fs.Events
 // the engine was opened with.
 func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.Keys, trig *reclaim.Triggers, log *slog.Logger) (*background, error) {
+	clk := reclaimClock(log)
 	r, err := reclaim.New(reclaim.Options{
 		Host:                 engineHost{e},
 		Store:                st,
@@ -59,13 +60,14 @@ func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.
 		MinDeadPercent:       c.Reclaim.MinDeadPercent,
 		MaxConcurrentRepacks: c.Reclaim.MaxConcurrentRepacks,
 		Logger:               log,
+		Clock:                clk,
 	})
 	if err != nil {
 		return nil, err
 	}
 	trig.Attach(r)
 	r.Start()
-	gc := reclaim.NewMetaGC(reclaim.MetaGCOptions{Store: st, DB: e.DB(), Logger: log})
+	gc := reclaim.NewMetaGC(reclaim.MetaGCOptions{Store: st, DB: e.DB(), Logger: log, Clock: clk})
 	gc.Start()
 	return &background{r: r, gc: gc}, nil
 }
