@@ -208,6 +208,10 @@ func (e *Engine) load(ctx context.Context) error {
 		if err := e.db.Commit(b); err != nil {
 			return err
 		}
+		// A new filesystem's root is durable before anything else runs.
+		if err := e.db.Barrier(ctx); err != nil {
+			return err
+		}
 	}
 	if e.opts.ReadOnly {
 		return nil
@@ -352,7 +356,7 @@ func (e *Engine) maybeEvictLocked(n *inode) {
 		return
 	}
 	n.mu.RLock()
-	idle := len(n.dirty) == 0 && len(n.flushing) == 0 && !n.attrDirty
+	idle := len(n.dirty) == 0 && len(n.flushing) == 0 && !n.attrDirty && n.psize == n.attr.Size
 	n.mu.RUnlock()
 	if idle || n.deleted {
 		if e.ns.inodes[n.ino] == n {
@@ -373,6 +377,19 @@ func (n *inode) record(parent uint64) schema.Inode {
 	a := n.attr
 	return schema.Inode{Mode: a.Mode, Uid: a.Uid, Gid: a.Gid, Nlink: a.Nlink, Rdev: a.Rdev,
 		Size: n.psize, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime, Gen: a.Gen, Parent: parent}
+}
+
+// settle brings psize up to the size once no unflushed data is left, and
+// otherwise keeps the inode marked dirty: an inode is only evicted (and
+// later reloaded from its record) when its record says everything.
+// Caller holds n.mu for writing.
+func (n *inode) settle() {
+	if len(n.dirty) == 0 && len(n.flushing) == 0 {
+		n.psize = n.attr.Size
+	}
+	if n.psize != n.attr.Size {
+		n.attrDirty = true
+	}
 }
 
 // getRecord reads the stored inode record.

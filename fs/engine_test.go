@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand"
 	"testing"
+	"time"
 
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
@@ -319,5 +320,51 @@ func TestWrongPasswordWritesNothing(t *testing.T) {
 	}
 	if _, err := Init(context.Background(), objstore.NewMem(), "short"); !errors.Is(err, keys.ErrShortPassword) {
 		t.Fatalf("short password: %v", err)
+	}
+}
+
+// TestSizeSurvivesEvictionAfterRacingFlush: a flush whose snapshot predates
+// an extending write commits, a truncate then drops the write's data, and
+// the inode (no handles) is evicted. Its size must come back from the
+// record unchanged.
+func TestSizeSurvivesEvictionAfterRacingFlush(t *testing.T) {
+	ctx := context.Background()
+	base := objstore.NewMem()
+	k, err := Init(ctx, base, "password123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := objstore.NewFaulty(base)
+	e, err := Open(ctx, Options{Store: slow, Keys: k, CacheDir: t.TempDir(), FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	a, _ := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
+	e.Write(ctx, a.Ino, randBytes(1, 100<<10), 0)
+	e.Barrier(ctx)
+	e.Write(ctx, a.Ino, []byte("x"), 50<<10)
+	slow.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: "segments/", Latency: 300 * time.Millisecond, Count: 1})
+	done := make(chan error, 1)
+	go func() { done <- e.Seal(ctx) }()
+	time.Sleep(100 * time.Millisecond) // the seal's snapshot is taken; its upload is slow
+	e.Write(ctx, a.Ino, randBytes(2, 50<<10), 250<<10)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SetAttr(ctx, a.Ino, SetAttr{Valid: SetSize, Size: 200 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.GetAttr(ctx, a.Ino)
+	if err != nil || got.Size != 200<<10 {
+		t.Fatalf("size %d (%v), want %d", got.Size, err, 200<<10)
+	}
+	e.ns.Lock()
+	_, loaded := e.ns.inodes[a.Ino]
+	e.ns.Unlock()
+	e.Barrier(ctx)
+	got, _ = e.GetAttr(ctx, a.Ino)
+	if got.Size != 200<<10 {
+		t.Fatalf("after eviction (loaded before: %v) size %d, want %d", loaded, got.Size, 200<<10)
 	}
 }

@@ -368,6 +368,7 @@ func (e *Engine) truncate(ctx context.Context, ino uint64, size uint64) error {
 	if size < n.psize || size > old {
 		n.psize = size
 	}
+	n.settle()
 	b := e.db.NewBatch()
 	defer b.Close()
 	e.putInode(b, n)

@@ -126,11 +126,9 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 		for _, n := range attrOnly {
 			n.mu.Lock()
 			if !n.deleted {
-				if len(n.flushing) == 0 && len(n.dirty) == 0 {
-					n.psize = n.attr.Size
-				}
-				e.putInode(b, n)
 				n.attrDirty = false
+				n.settle()
+				e.putInode(b, n)
 			}
 			n.mu.Unlock()
 		}
@@ -370,8 +368,9 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 			if p := min(batch[i].snap, n.attr.Size); p > n.psize {
 				n.psize = p
 			}
-			e.putInode(b, n)
 			n.attrDirty = false
+			n.settle()
+			e.putInode(b, n)
 		}
 		if live > 0 {
 			b.Merge(schema.CounterKey(segID), countDelta(live, 0, 0))
