@@ -42,8 +42,14 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			return nil, 0, n.fsys.toErrno(err, "open", n.ino())
 		}
 	}
-	return h, 0, 0
+	return h, openFlags, 0
 }
+
+// openFlags keeps the kernel's page cache across opens, so warm reads never
+// reach the engine. Changes that bypass the mount (NBD writes and TRIMs to
+// the same file) change mtime; with AUTO_INVAL_DATA (go-fuse's default) the
+// kernel drops stale pages once the attribute timeout has passed.
+const openFlags = fuse.FOPEN_KEEP_CACHE
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	mode = ebbfs.ModeRegular | mode&0o7777
@@ -69,7 +75,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	return ch, h, 0, 0
+	return ch, h, openFlags, 0
 }
 
 // openExisting finishes an O_CREAT open that lost a race with another
