@@ -12,7 +12,7 @@ import (
 
 const (
 	backoffMin = 50 * time.Millisecond
-	backoffMax = 5 * time.Second
+	backoffMax = 2 * time.Second
 )
 
 // sleep waits d on the injected clock or until ctx ends.

@@ -1,0 +1,152 @@
+package lsm
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+func TestBarrierSurvivesFaultyOutage(t *testing.T) {
+	f := objstore.NewFaulty(objstore.NewMem())
+	k := testKeys(t)
+	db := mustOpen(t, testOpts(t, f, k))
+	defer db.Close()
+	set(t, db, "ia", "1")
+	f.Outage(2 * time.Second)
+	start := time.Now()
+	barrier(t, db)
+	if el := time.Since(start); el < 1900*time.Millisecond {
+		t.Fatalf("barrier succeeded after %v, inside the outage", el)
+	}
+	if got := keysUnder(t, f.Unwrap(), journalPrefix); len(got) != 2 {
+		t.Fatalf("journals %v, want epoch start + one", got)
+	}
+}
+
+// A journal PUT whose response is lost after it was applied: the retry
+// sees "precondition failed", recognises its own bytes, and succeeds
+// without fencing the writer.
+func TestBarrierLostResponseIsNotFencing(t *testing.T) {
+	f := objstore.NewFaulty(objstore.NewMem())
+	k := testKeys(t)
+	db := mustOpen(t, testOpts(t, f, k))
+	defer db.Close()
+	id := f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: journalPrefix, Count: 1, Fail: true, Applied: true})
+	set(t, db, "ia", "1")
+	barrier(t, db)
+	if f.Fired(id) != 1 {
+		t.Fatal("rule did not fire")
+	}
+	if db.Fenced() != nil {
+		t.Fatalf("fenced by its own journal: %v", db.Fenced())
+	}
+	set(t, db, "ib", "2")
+	barrier(t, db)
+	// Lost lease-heartbeat response is tolerated too.
+	f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: leaseKey, Count: 1, Fail: true, Applied: true})
+	_ = db.renewLease(false) // applied, error returned
+	if err := db.renewLease(false); err != nil && db.Fenced() != nil {
+		t.Fatalf("lost heartbeat response fenced the writer: %v", err)
+	}
+	_ = db.renewLease(false)
+	if db.Fenced() != nil {
+		t.Fatalf("fenced: %v", db.Fenced())
+	}
+	set(t, db, "ic", "3")
+	barrier(t, db)
+}
+
+// Fault loop over Open: fail the i-th store request of a full recovery.
+// Every run either fails cleanly or recovers everything.
+func TestFaultLoopRecovery(t *testing.T) {
+	mem := objstore.NewMem()
+	k := testKeys(t)
+	o := testOpts(t, mem, k)
+	o.PID = deadPID(t)
+	db := mustOpen(t, o)
+	for i := range 300 {
+		set(t, db, fmt.Sprintf("i%03d", i), "v")
+		if i == 150 {
+			if _, err := db.Publish(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%50 == 0 {
+			barrier(t, db)
+		}
+	}
+	barrier(t, db)
+	crash(db)
+	for i := 0; ; i++ {
+		f := objstore.NewFaulty(cloneStore(t, mem)) // Open writes: start from the same state
+		id := f.AddRule(objstore.Rule{Skip: i, Count: 1, Err: fmt.Errorf("permanent fault %d", i)})
+		oi := o
+		oi.Store = f
+		oi.PID = deadPID(t)
+		oi.Dir = t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		db2, err := Open(ctx, oi)
+		cancel()
+		if err == nil {
+			wantVal(t, db2, "i299", "v")
+			wantVal(t, db2, "i000", "v")
+			crash(db2)
+		}
+		if f.Fired(id) == 0 {
+			if err != nil {
+				t.Fatalf("open without a fault failed: %v", err)
+			}
+			t.Logf("recovery checked with a fault at each of %d requests", i)
+			return
+		}
+	}
+}
+
+func TestRecoverOnLocalStore(t *testing.T) {
+	ls, err := objstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testKeys(t)
+	o := testOpts(t, ls, k)
+	db := mustOpen(t, o)
+	for i := range 1000 {
+		set(t, db, fmt.Sprintf("i%04d", i), "v")
+	}
+	if _, err := db.Publish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	set(t, db, "tail", "t")
+	barrier(t, db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o2 := testOpts(t, ls, k)
+	db2 := mustOpen(t, o2)
+	defer db2.Close()
+	wantVal(t, db2, "i0999", "v")
+	wantVal(t, db2, "tail", "t")
+}
+
+func cloneStore(t *testing.T, src objstore.Store) *objstore.Mem {
+	t.Helper()
+	ctx := context.Background()
+	dst := objstore.NewMem()
+	objs, err := objstore.ListAll(ctx, src, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		b, err := src.Get(ctx, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dst.Put(ctx, o.Key, b, objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
