@@ -144,6 +144,10 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 			t.Logf("kept %s", dir)
 			return
 		}
+		if isMounted(filepath.Join(dir, "mnt")) {
+			t.Errorf("%s is still mounted at cleanup; leaving %s in place", filepath.Join(dir, "mnt"), dir)
+			return
+		}
 		os.RemoveAll(dir)
 	})
 	e := &env{

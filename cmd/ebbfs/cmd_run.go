@@ -362,6 +362,8 @@ func prepareMountpoint(p string, log *slog.Logger) (string, error) {
 			if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
 				return "", fmt.Errorf("mountpoint %s holds a dead ebbfs mount that could not be detached: %w", mp, err)
 			}
+		} else if m.FSType == "fuse."+fuse.Name {
+			return "", fmt.Errorf("mountpoint %s is already mounted by a running ebbfs (see 'ebbfs status')", mp)
 		} else {
 			return "", fmt.Errorf("mountpoint %s is already mounted (%s from %s)", mp, m.FSType, m.Source)
 		}

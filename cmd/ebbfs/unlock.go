@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/config"
@@ -17,6 +19,11 @@ func unlock(ctx context.Context, c *config.Config) (objstore.Store, *keys.Keys, 
 	pw, src, err := c.Password()
 	if err != nil {
 		return nil, nil, err
+	}
+	if pf := c.Encryption.PasswordFile; pf != "" {
+		if fi, err := os.Stat(pf); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			slog.Warn("the password file is readable by other users; chmod 600 it", "file", pf, "mode", fi.Mode().Perm())
+		}
 	}
 	st, err := openStore(ctx, c)
 	if err != nil {
