@@ -63,6 +63,12 @@ func (db *DB) Barrier(ctx context.Context) error {
 }
 
 func (db *DB) barrierLocked(ctx context.Context) error {
+	db.closeMu.RLock()
+	closed := db.closed
+	db.closeMu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
 	db.mu.Lock()
 	if db.mu.fenced != nil {
 		err := db.mu.fenced

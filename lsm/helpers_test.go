@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -36,6 +38,7 @@ func testOpts(t testing.TB, s objstore.Store, k *keys.Keys) Options {
 		Store:              s,
 		Keys:               k,
 		Host:               "testhost",
+		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DisableAutoPublish: true,
 	}
 }

@@ -2,6 +2,8 @@ package lsm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,9 +33,19 @@ type Lease struct {
 	Host      string    `json:"host"`
 	PID       int       `json:"pid"`
 	Heartbeat time.Time `json:"heartbeat"`
+	// Instance is random per process: a record with this host and pid but
+	// another instance was left by an earlier process that had our pid
+	// (containers restart as pid 1), so it is dead.
+	Instance string `json:"instance,omitempty"`
 	// Released is set by a clean Close: the next writer may take over at once.
 	Released bool `json:"released,omitempty"`
 }
+
+var processInstance = func() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}()
 
 // ParseLease decodes and validates a lease record.
 func ParseLease(b []byte) (Lease, error) {
@@ -68,7 +80,7 @@ func pidAlive(pid int) bool {
 // ErrLeaseHeld. It returns the record written and its ETag.
 func (db *DB) acquireLease(ctx context.Context) (Lease, string, error) {
 	o := &db.opts
-	mine := Lease{Format: 1, Holder: o.Holder, Host: o.Host, PID: o.PID}
+	mine := Lease{Format: 1, Holder: o.Holder, Host: o.Host, PID: o.PID, Instance: processInstance}
 	for attempt := 0; attempt < 5; attempt++ {
 		info, err := o.Store.Head(ctx, leaseKey)
 		if objstore.IsNotFound(err) {
@@ -102,6 +114,8 @@ func (db *DB) acquireLease(ctx context.Context) (Lease, string, error) {
 		case cur.Released:
 		case cur.Host == o.Host && cur.Host != "" && !pidAlive(cur.PID):
 			o.Logger.Info("lsm: lease holder on this host is dead; taking over", "holder", cur.Holder, "pid", cur.PID, "epoch", cur.Epoch)
+		case cur.Host == o.Host && cur.Host != "" && cur.PID == o.PID && cur.Instance != processInstance:
+			o.Logger.Info("lsm: lease left by an earlier process with our pid; taking over", "holder", cur.Holder, "epoch", cur.Epoch)
 		case cur.Host == o.Host && cur.Host != "":
 			return Lease{}, "", fmt.Errorf("lsm: %w: holder %q (pid %d on this host is running, epoch %d)", ErrLeaseHeld, cur.Holder, cur.PID, cur.Epoch)
 		case age <= o.LeaseTTL:

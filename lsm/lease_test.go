@@ -3,6 +3,7 @@ package lsm
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -272,5 +273,42 @@ func TestParseLeaseRejects(t *testing.T) {
 	l, err := ParseLease([]byte(`{"format":1,"epoch":7,"holder":"h:1","host":"h","pid":1,"heartbeat":"2030-01-01T00:00:00Z"}`))
 	if err != nil || l.Epoch != 7 || l.Holder != "h:1" {
 		t.Fatalf("ParseLease = %+v, %v", l, err)
+	}
+}
+
+func TestLeaseFromEarlierProcessWithOurPID(t *testing.T) {
+	s := objstore.NewMem()
+	k := testKeys(t)
+	// An earlier incarnation (same host, same pid, other instance) died
+	// without releasing; its heartbeat is fresh.
+	old := Lease{Format: 1, Epoch: 4, Holder: "testhost:old", Host: "testhost", PID: os.Getpid(), Instance: "dead", Heartbeat: time.Now()}
+	if _, err := s.Put(context.Background(), leaseKey, old.marshal(), objstore.PutOptions{IfAbsent: true}); err != nil {
+		t.Fatal(err)
+	}
+	db := mustOpen(t, testOpts(t, s, k))
+	defer db.Close()
+	if db.Epoch() != 5 {
+		t.Fatalf("epoch %d, want 5", db.Epoch())
+	}
+}
+
+func TestPublishWithRunsUnderLock(t *testing.T) {
+	db := mustOpen(t, testOpts(t, objstore.NewMem(), testKeys(t)))
+	defer db.Close()
+	set(t, db, "ia", "1")
+	ran := false
+	seq, err := db.PublishWith(context.Background(), func() {
+		ran = true
+		if db.Pending() != 0 {
+			t.Error("batches pending inside the publication barrier")
+		}
+		if !db.commitMu.TryLock() {
+			return // held: commits are blocked, as required
+		}
+		db.commitMu.Unlock()
+		t.Error("commit lock not held inside the publication barrier")
+	})
+	if err != nil || !ran || seq == 0 {
+		t.Fatalf("PublishWith = %d, %v, ran %v", seq, err, ran)
 	}
 }

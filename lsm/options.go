@@ -3,7 +3,6 @@ package lsm
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -66,7 +65,7 @@ func (o *Options) EnsureDefaults() {
 		o.Clock = clock.Real{}
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		o.Logger = slog.Default()
 	}
 	if o.Host == "" {
 		o.Host, _ = os.Hostname()
