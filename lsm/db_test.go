@@ -329,3 +329,48 @@ func TestAutoPublishAfterManifestEvery(t *testing.T) {
 		t.Fatal("LatestManifest not updated by the background publisher")
 	}
 }
+
+func TestFastRestartKeepsShippedTables(t *testing.T) {
+	s := objstore.NewMem()
+	o := testOpts(t, s, testKeys(t))
+	db := mustOpen(t, o)
+	for i := range 300 {
+		set(t, db, fmt.Sprintf("i%04d", i), "v")
+	}
+	seq1, err := db.Publish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := keysUnder(t, s, sstPrefix)
+	db2 := mustOpen(t, o) // fast restart, epoch 2
+	defer db2.Close()
+	set(t, db2, "j", "1")
+	seq2, err := db2.Publish(context.Background())
+	if err != nil || seq2 <= seq1 {
+		t.Fatalf("publish %d, %v", seq2, err)
+	}
+	m1, _ := db2.fetchManifest(context.Background(), seq1)
+	m2, err := db2.fetchManifest(context.Background(), seq2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := map[string]string{}
+	for _, tb := range m1.Tables {
+		old[tb.Name] = tb.Object
+	}
+	reused := 0
+	for _, tb := range m2.Tables {
+		if o, ok := old[tb.Name]; ok {
+			if o != tb.Object {
+				t.Fatalf("table %s re-shipped after fast restart", tb.Name)
+			}
+			reused++
+		}
+	}
+	if reused == 0 {
+		t.Fatalf("no table of %v reused in %+v", before, m2.Tables)
+	}
+}
