@@ -15,7 +15,7 @@ import (
 	"testing"
 )
 
-func randBytes(t *testing.T, n int) []byte {
+func randBytes(t testing.TB, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {

@@ -87,7 +87,7 @@ func prerequisites() string {
 }
 
 // need skips (or, in CI, fails) a test whose tool is missing.
-func need(t *testing.T, tools ...string) {
+func need(t testing.TB, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -101,7 +101,7 @@ func need(t *testing.T, tools ...string) {
 
 // env is one filesystem: a config, a store, a cache and a mountpoint.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	cfg      string
 	store    string // local store directory ("" for S3)
@@ -129,7 +129,7 @@ func withEnvVars(kv ...string) envOption {
 	return func(e *env) { e.extraEnv = append(e.extraEnv, kv...) }
 }
 
-func newEnv(t *testing.T, opts ...envOption) *env {
+func newEnv(t testing.TB, opts ...envOption) *env {
 	t.Helper()
 	if noRun != "" {
 		t.Skipf("end-to-end tests need: %s", noRun)
@@ -204,7 +204,7 @@ listen = %q
 	}
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -488,14 +488,14 @@ func (e *env) storeTree() map[string]string {
 
 func (e *env) path(rel string) string { return filepath.Join(e.mnt, rel) }
 
-func writeFile(t *testing.T, p string, data []byte) {
+func writeFile(t testing.TB, p string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(p, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func readFile(t *testing.T, p string) []byte {
+func readFile(t testing.TB, p string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -505,7 +505,7 @@ func readFile(t *testing.T, p string) []byte {
 }
 
 // fsyncFile fsyncs a file (the durability barrier through FUSE).
-func fsyncFile(t *testing.T, p string) {
+func fsyncFile(t testing.TB, p string) {
 	t.Helper()
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
