@@ -2,9 +2,11 @@ package tests
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -155,4 +157,37 @@ func TestCheckpointsReclaimSpace(t *testing.T) {
 	if r := e.mustEbbfs("fsck"); !strings.Contains(r.stdout, "consistent") {
 		t.Fatalf("fsck: %s", r)
 	}
+}
+
+// TestReadOnlyReader: run --read-only next to a live writer serves the
+// state as of its start and refuses writes with EROFS.
+func TestReadOnlyReader(t *testing.T) {
+	e := newEnv(t)
+	e.init()
+	w := e.mount()
+	writeFile(t, e.path("seen"), []byte("before the reader"))
+	e.mustEbbfs("flush")
+
+	r := newEnv(t)
+	r.storage = e.storage
+	r.writeConfig("")
+	rp := r.mount("--read-only")
+	if got := string(readFile(t, r.path("seen"))); got != "before the reader" {
+		t.Fatalf("reader sees %q", got)
+	}
+	if err := os.WriteFile(r.path("new"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write through the reader: %v, want EROFS", err)
+	}
+	st := r.mustEbbfs("status", "--json")
+	if !strings.Contains(st.stdout, `"read_only": true`) {
+		t.Fatalf("reader status: %s", st)
+	}
+	if res := r.ebbfs("checkpoint", "create", "--persistent", "nope"); res.code == 0 {
+		t.Fatalf("checkpoint create through a reader succeeded: %s", res)
+	}
+	// The writer is unaffected.
+	writeFile(t, e.path("later"), []byte("after"))
+	e.mustEbbfs("flush")
+	rp.stop()
+	w.stop()
 }
