@@ -40,6 +40,7 @@ func testOpts(t testing.TB, s objstore.Store, k *keys.Keys) Options {
 		Host:               "testhost",
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DisableAutoPublish: true,
+		LeaseTTL:           20 * time.Second,
 	}
 }
 

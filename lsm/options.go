@@ -19,7 +19,11 @@ const (
 	DefaultManifestEvery    = 64
 	DefaultManifestBytes    = 64 << 20
 	DefaultManifestInterval = 10 * time.Minute
-	DefaultLeaseTTL         = 20 * time.Second
+	// DefaultLeaseTTL: heartbeats every TTL/3 = 10 min, so an idle writer
+	// sends no request for minutes at a time; a writer on the same host
+	// whose process died is taken over at once, one on another host after
+	// the TTL.
+	DefaultLeaseTTL = 30 * time.Minute
 )
 
 // Options configure a DB. Zero values take the documented defaults.
@@ -42,7 +46,7 @@ type Options struct {
 	Host string
 	PID  int
 	// LeaseTTL is how stale a heartbeat must be before another host takes
-	// the lease over (default 20 s). Heartbeats run every LeaseTTL/3.
+	// the lease over (default 30 min). Heartbeats run every LeaseTTL/3.
 	LeaseTTL time.Duration
 
 	// A manifest is published automatically after ManifestEvery journal

@@ -184,7 +184,15 @@ func (g *MetaGC) isClosed() bool {
 func (g *MetaGC) loop() {
 	defer g.wg.Done()
 	wait := g.o.Interval
+	// An idle filesystem sends no requests: once two passes in a row have
+	// succeeded at the same manifest horizon, nothing new can have become
+	// unreferenced (tables and manifests appear only with a new manifest;
+	// a deleted checkpoint calls Trigger), so timed passes are skipped
+	// until the horizon moves.
+	var lastHorizon uint64
+	cleanPasses := 0
 	for {
+		triggered := false
 		select {
 		case <-g.ctx.Done():
 			return
@@ -192,10 +200,24 @@ func (g *MetaGC) loop() {
 			if g.isClosed() {
 				return
 			}
+			triggered = true
 		case <-g.o.Clock.After(wait):
+		}
+		horizon := g.o.DB.LatestManifest()
+		if horizon != lastHorizon {
+			lastHorizon, cleanPasses = horizon, 0
+		}
+		if !triggered && cleanPasses >= 2 {
+			wait = g.o.Interval
+			continue
 		}
 		at := g.o.Clock.Now()
 		st, err := g.RunOnce(g.ctx)
+		if err == nil {
+			cleanPasses++
+		} else {
+			cleanPasses = 0
+		}
 		if g.ctx.Err() != nil {
 			return
 		}
