@@ -166,7 +166,9 @@ func TestReadOnlyReader(t *testing.T) {
 	e.init()
 	w := e.mount()
 	writeFile(t, e.path("seen"), []byte("before the reader"))
-	e.mustEbbfs("flush")
+	// A checkpoint publishes a manifest for the reader to pin.
+	e.mustEbbfs("checkpoint", "create", "--ttl", "1m", "publish")
+	e.mustEbbfs("checkpoint", "delete", "publish")
 
 	r := newEnv(t)
 	r.storage = e.storage
@@ -185,9 +187,16 @@ func TestReadOnlyReader(t *testing.T) {
 	if res := r.ebbfs("checkpoint", "create", "--persistent", "nope"); res.code == 0 {
 		t.Fatalf("checkpoint create through a reader succeeded: %s", res)
 	}
+	// The reader keeps an ephemeral checkpoint while it runs.
+	if l := e.mustEbbfs("checkpoint", "list"); !strings.Contains(l.stdout, "reader-") || !strings.Contains(l.stdout, "ephemeral") {
+		t.Fatalf("no reader checkpoint while the reader runs: %s", l)
+	}
 	// The writer is unaffected.
 	writeFile(t, e.path("later"), []byte("after"))
 	e.mustEbbfs("flush")
 	rp.stop()
+	if l := e.mustEbbfs("checkpoint", "list"); strings.Contains(l.stdout, "reader-") {
+		t.Fatalf("the reader's checkpoint outlived the reader: %s", l)
+	}
 	w.stop()
 }

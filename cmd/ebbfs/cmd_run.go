@@ -243,6 +243,8 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		}
 		p.bg = bg
 		cleanup.push(func() { bg.close(log) })
+	} else {
+		cleanup.push(startReaderCheckpoint(ctx, c, e, st, log))
 	}
 
 	adm := admin.New(p, admin.Options{TCP: c.AdminListen(), Unix: c.Admin.UnixSocket, Logger: log})
