@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func randBytes(t testing.TB, n int) []byte {
@@ -353,6 +354,49 @@ func TestUmountStopsWriter(t *testing.T) {
 	p = e.mount()
 	if got := string(readFile(t, e.path("last-words"))); got != "written just before umount" {
 		t.Fatalf("after umount and restart: %q", got)
+	}
+	p.stop()
+}
+
+// TestSigtermWithBusyMount: SIGTERM while a file is open detaches the mount
+// lazily; the writer finishes (final barrier, exit 0) once the last open
+// file is closed, and what was written persists.
+func TestSigtermWithBusyMount(t *testing.T) {
+	e := newEnv(t)
+	e.init()
+	p := e.mount()
+	f, err := os.OpenFile(e.path("held"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("written while busy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for isMounted(e.mnt) {
+		if time.Now().After(deadline) {
+			t.Fatal("mount not detached after SIGTERM")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if p.exited() {
+		t.Fatalf("writer exited (%d) while a file was still open:\n%s", p.code, p.out.String())
+	}
+	// The open file still works until it is closed.
+	if _, err := f.Write([]byte(", and after")); err != nil {
+		t.Fatalf("write to the held file after the detach: %v", err)
+	}
+	f.Close()
+	if code := p.wait(); code != 0 {
+		t.Fatalf("writer exited %d, want 0:\n%s", code, p.out.String())
+	}
+	p = e.mount()
+	if got := string(readFile(t, e.path("held"))); got != "written while busy, and after" {
+		t.Fatalf("held = %q", got)
 	}
 	p.stop()
 }

@@ -185,6 +185,9 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	}
 	rawStore, k, err := unlock(ctx, c)
 	if err != nil {
+		if stopRequested.Load() && errors.Is(err, context.Canceled) {
+			return nil
+		}
 		return err
 	}
 	// Every request of this process is counted for /metrics.
@@ -210,6 +213,10 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Events:           events,
 	})
 	if err != nil {
+		if stopRequested.Load() && errors.Is(err, context.Canceled) {
+			log.Info("stopped during startup; nothing was opened")
+			return nil
+		}
 		return fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
 	}
 	p := &process{c: c, e: e, k: k, st: st, mp: mp, started: time.Now(), log: log}
