@@ -319,6 +319,9 @@ func TestFlush(t *testing.T) {
 	if status.Barriers < 1 || status.Mountpoint != e.mnt || status.PID != p.cmd.Process.Pid {
 		t.Fatalf("status = %+v", status)
 	}
+	if r := e.mustEbbfs("monitor", "--count", "2", "--interval", "200ms"); strings.Count(r.stdout, "live=") != 2 {
+		t.Fatalf("monitor: %s", r)
+	}
 	// The admin TCP endpoint serves metrics and the page.
 	for path, want := range map[string]string{"/metrics": "ebbfs_admin_flushes_total", "/": "<html", "/v1/status": `"mountpoint"`} {
 		resp, err := http.Get("http://" + e.admin + path)

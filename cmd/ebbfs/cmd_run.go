@@ -83,6 +83,7 @@ type process struct {
 	e       *fs.Engine
 	k       *keys.Keys
 	st      objstore.Store
+	count   *objstore.Counting
 	bg      *background // nil for a reader
 	mp      string
 	started time.Time
@@ -114,9 +115,24 @@ func (p *process) Flush(ctx context.Context) error {
 }
 
 func (p *process) Status(ctx context.Context) admin.Status {
+	extra := map[string]any{}
+	if p.count != nil {
+		n := p.count.Snapshot()
+		extra[extraStoreRequests] = n.Requests()
+		extra[extraBytesUp] = n.BytesUp
+		extra[extraBytesDown] = n.BytesDown
+	}
+	if live, err := p.e.LiveBytes(); err == nil {
+		extra[extraLiveBytes] = live
+	}
+	if p.bg != nil {
+		_, cycles := p.bg.r.LastCycle()
+		extra[extraReclaimCycles] = cycles
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return admin.Status{
+		Extra:       extra,
 		Version:     versionString(),
 		PID:         os.Getpid(),
 		FSUUID:      uuidString(p.k.UUID),
@@ -219,7 +235,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		}
 		return fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
 	}
-	p := &process{c: c, e: e, k: k, st: st, mp: mp, started: time.Now(), log: log}
+	p := &process{c: c, e: e, k: k, st: st, count: counting, mp: mp, started: time.Now(), log: log}
 
 	var cleanup cleanupStack
 	closeEngine := func() error {

@@ -49,6 +49,7 @@ func newRootCmd() *cobra.Command {
 		newCheckpointCmd(g),
 		newReclaimCmd(g),
 		newSpaceCmd(g),
+		newMonitorCmd(g),
 	)
 	return root
 }
