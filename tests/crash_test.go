@@ -170,7 +170,7 @@ func waitMountedOrExit(p *proc) bool {
 		if p.exited() {
 			return false
 		}
-		if isMounted(p.e.mnt) {
+		if isLiveMount(p.e.mnt) {
 			return true
 		}
 		time.Sleep(20 * time.Millisecond)

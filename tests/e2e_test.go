@@ -30,6 +30,9 @@ func randBytes(t testing.TB, n int) []byte {
 func TestBasicOps(t *testing.T) {
 	e := newEnv(t)
 	e.init()
+	if r := e.ebbfs("init"); r.code == 0 || !strings.Contains(r.stderr, "already holds a filesystem") {
+		t.Fatalf("second init: %s", r)
+	}
 	p := e.mount()
 
 	data := randBytes(t, 3<<20+12345)
@@ -168,12 +171,22 @@ func TestRecoverFromStoreAlone(t *testing.T) {
 		t.Fatalf("flush: %s", r)
 	}
 	p.kill()
-	e.forceUnmount()
+	// The killed writer leaves a dead mount ("transport endpoint is not
+	// connected"); the next run detaches it by itself.
+	if !isMounted(e.mnt) {
+		t.Fatal("kill -9 removed the mount: expected a dead mount")
+	}
 	if err := os.RemoveAll(e.cache); err != nil {
 		t.Fatal(err)
 	}
+	if r := e.mustEbbfs("fsck"); !strings.Contains(r.stdout, "consistent") {
+		t.Fatalf("fsck after kill -9: %s", r)
+	}
 
 	p = e.mount()
+	if !strings.Contains(p.out.String(), "detaching a dead ebbfs mount") {
+		t.Errorf("the restart did not report detaching the dead mount:\n%s", p.out.String())
+	}
 	if got := readFile(t, e.path("fsynced.bin")); !bytes.Equal(got, data) {
 		t.Fatalf("fsynced.bin differs after recovery from the store (%d bytes)", len(got))
 	}

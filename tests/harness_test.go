@@ -365,7 +365,7 @@ func (p *proc) waitMounted() {
 		if p.exited() {
 			p.e.t.Fatalf("ebbfs run exited with %d before mounting:\n%s", p.code, p.out.String())
 		}
-		if isMounted(p.e.mnt) {
+		if isLiveMount(p.e.mnt) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -458,6 +458,16 @@ func unescape(s string) string {
 }
 
 func isMounted(p string) bool { return mountType(p) == "fuse.ebbfs" }
+
+// isLiveMount reports an ebbfs mount with a daemon behind it: a writer
+// killed with SIGKILL leaves a dead one until the next run detaches it.
+func isLiveMount(p string) bool {
+	if !isMounted(p) {
+		return false
+	}
+	var st syscall.Statfs_t
+	return syscall.Statfs(p, &st) == nil
+}
 
 // storeTree records every file under the local store: path -> size, mode,
 // mtime and content.

@@ -381,8 +381,7 @@ func prepareMountpoint(p string, log *slog.Logger) (string, error) {
 		return "", fmt.Errorf("reading the mount table: %w", err)
 	}
 	if mounted {
-		_, serr := os.Stat(mp)
-		if m.FSType == "fuse."+fuse.Name && errors.Is(serr, syscall.ENOTCONN) {
+		if m.FSType == "fuse."+fuse.Name && deadFUSEMount(mp) {
 			log.Warn("detaching a dead ebbfs mount left by a previous writer", "mountpoint", mp)
 			if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
 				return "", fmt.Errorf("mountpoint %s holds a dead ebbfs mount that could not be detached: %w", mp, err)
@@ -401,6 +400,24 @@ func prepareMountpoint(p string, log *slog.Logger) (string, error) {
 		return "", fmt.Errorf("mountpoint %s is not a directory", mp)
 	}
 	return mp, nil
+}
+
+// deadFUSEMount reports whether the FUSE mount at mp has no daemon behind
+// it (ENOTCONN). statfs always reaches the daemon, unlike stat, which the
+// kernel may answer from its attribute cache for a while after the daemon
+// died. A daemon that does not answer within a few seconds counts as alive.
+func deadFUSEMount(mp string) bool {
+	res := make(chan error, 1)
+	go func() {
+		var st syscall.Statfs_t
+		res <- syscall.Statfs(mp, &st)
+	}()
+	select {
+	case err := <-res:
+		return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
+	case <-time.After(3 * time.Second):
+		return false
+	}
 }
 
 // listenUnixSocket listens on a socket path, replacing a stale socket file

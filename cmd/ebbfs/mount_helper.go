@@ -129,7 +129,7 @@ func mountHelper(args []string) error {
 	if m, ok, err := findMount(mp); err != nil {
 		return err
 	} else if ok {
-		if _, serr := os.Stat(mp); m.FSType != "fuse."+fuse.Name || !errors.Is(serr, syscall.ENOTCONN) {
+		if m.FSType != "fuse."+fuse.Name || !deadFUSEMount(mp) {
 			return fmt.Errorf("%s is already mounted (%s)", mp, m.FSType)
 		}
 		// A dead ebbfs mount: ebbfs run detaches it.
@@ -185,7 +185,10 @@ func mountHelper(args []string) error {
 			return fmt.Errorf("%s did not appear within %s; stopped the writer; see %s:\n%s", mp, mountWaitTimeout, logPath, logTail(logPath, startOff))
 		case <-tick.C:
 			if m, ok, _ := findMount(mp); ok && m.FSType == "fuse."+fuse.Name {
-				if _, err := os.Stat(mp); err == nil {
+				// statfs reaches the daemon: a dead mount the writer is
+				// about to detach does not count.
+				var sfs syscall.Statfs_t
+				if err := syscall.Statfs(mp, &sfs); err == nil {
 					if h.verbose {
 						fmt.Fprintf(os.Stderr, "mount.fuse.ebbfs: %s mounted by pid %d; log in %s\n", mp, cmd.Process.Pid, logPath)
 					}
