@@ -59,6 +59,25 @@ func TestNBDExport(t *testing.T) {
 		t.Fatal("data read back over NBD differs")
 	}
 
+	// qemu's NBD client: compare, write a pattern, zero a range, flush.
+	if haveAll("qemu-img", "qemu-io") {
+		if r := e.run("qemu-img", "compare", "-f", "raw", "-F", "raw", src, uri); r.code != 0 {
+			t.Fatalf("qemu-img compare: %s", r)
+		}
+		r := e.run("qemu-io", "-f", "raw", "-c", "write -P 0x5a 8M 1M", "-c", "write -z 8704K 64K", "-c", "flush", uri)
+		if r.code != 0 || strings.Contains(r.stdout+r.stderr, "failed") {
+			t.Fatalf("qemu-io: %s", r)
+		}
+		img := readFile(t, e.path(".nbd/disk0"))
+		want := bytes.Repeat([]byte{0x5a}, 1<<20)
+		clear(want[512<<10 : 576<<10])
+		if !bytes.Equal(img[8<<20:9<<20], want) {
+			t.Fatal("qemu-io's pattern and zeroed range are not in the file")
+		}
+	} else if inCI() {
+		t.Fatal("qemu-img or qemu-io missing; scripts/install-deps.sh installs them")
+	}
+
 	// A filesystem on the export through a real block-device client.
 	if haveAll("nbdfuse", "mkfs.ext4", "e2fsck") {
 		fuseDir := filepath.Join(e.dir, "nbdfuse")
