@@ -53,8 +53,11 @@ func TestChangePassword(t *testing.T) {
 // TestConfigErrors: a bad config fails every command with the key named.
 func TestConfigErrors(t *testing.T) {
 	e := newEnv(t)
+	if r := e.mustEbbfs("config"); !strings.Contains(r.stdout, `flush_interval = "200ms"`) || !strings.Contains(r.stdout, "max_concurrent_repacks = 4") {
+		t.Fatalf("ebbfs config: %s", r)
+	}
 	e.writeConfig("typo_key = 1\n")
-	for _, sub := range []string{"init", "run", "flush", "fsck"} {
+	for _, sub := range []string{"init", "run", "flush", "fsck", "config"} {
 		r := e.ebbfs(sub)
 		if r.code == 0 || !strings.Contains(r.stderr, `unknown key "admin.typo_key"`) {
 			t.Fatalf("%s with an unknown key: %s", sub, r)

@@ -50,6 +50,7 @@ func newRootCmd() *cobra.Command {
 		newReclaimCmd(g),
 		newSpaceCmd(g),
 		newMonitorCmd(g),
+		newConfigCmd(g),
 	)
 	return root
 }

@@ -9,6 +9,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -490,3 +491,11 @@ func (c *Config) NBDUnixSocket() string {
 
 // LogFile is the log of a writer started by the mount helper.
 func (c *Config) LogFile() string { return filepath.Join(c.Cache.Dir, LogFileName) }
+
+// Encode writes the configuration (with every default filled in) as TOML
+// that Parse reads back to the same values.
+func (c *Config) Encode(w io.Writer) error {
+	enc := toml.NewEncoder(w)
+	enc.Indent = ""
+	return enc.Encode(c)
+}

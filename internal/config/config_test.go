@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +265,25 @@ func TestPassword(t *testing.T) {
 	t.Setenv(PasswordEnv, "")
 	if _, _, err := c.Password(); err == nil || !strings.Contains(err.Error(), PasswordEnv) || !strings.Contains(err.Error(), "password_file") {
 		t.Errorf("no password error = %v, want both sources named", err)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	for _, in := range []string{full, "[storage]\nurl = \"file:///srv/x\"\n", "[storage]\nurl = \"file:///srv/x\"\n[nbd]\nlisten = []\nunix_socket = \"\"\n[admin]\nlisten = \"\"\n"} {
+		c, err := Parse([]byte(in), "/etc/ebbfs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		if err := c.Encode(&b); err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse([]byte(b.String()), "/elsewhere")
+		if err != nil {
+			t.Fatalf("encoded config does not parse: %v\n%s", err, b.String())
+		}
+		if !reflect.DeepEqual(c, back) {
+			t.Fatalf("round trip changed the config:\n%+v\n%+v\n%s", c, back, b.String())
+		}
 	}
 }

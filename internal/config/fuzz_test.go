@@ -1,6 +1,8 @@
 package config
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -27,6 +29,17 @@ func FuzzLoad(f *testing.F) {
 		}
 		if c.Metadata.FlushInterval <= 0 || c.Cache.Dir == "" || c.Admin.UnixSocket == "" {
 			t.Fatal("accepted config has zero defaults")
+		}
+		var b strings.Builder
+		if err := c.Encode(&b); err != nil {
+			t.Fatalf("Encode: %v", err)
+		}
+		back, err := Parse([]byte(b.String()), "/other")
+		if err != nil {
+			t.Fatalf("encoded config does not parse: %v\n%s", err, b.String())
+		}
+		if !reflect.DeepEqual(c, back) {
+			t.Fatalf("round trip changed the config\n%s", b.String())
 		}
 	})
 }
