@@ -79,7 +79,9 @@ lint:
 	else echo "staticcheck unavailable (no module proxy?); skipped"; fi
 
 bench:
-	$(GO) test -run='^$$' -bench=. ./...
+	$(GO) test -run='^$$' -bench=. ./segment ./lsm ./reclaim
+	$(GO) test -run='^$$' -bench=. -benchtime=1x ./nbd
+	$(GO) run ./bench/mountbench $(MOUNTBENCH_FLAGS)
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ebbfs

@@ -1,0 +1,16 @@
+// Command mountbench measures, in one run and on the same disk, a plain
+// directory, a go-fuse loopback (passthrough) of a directory and ebbfs on a
+// local-directory store, and prints each workload's throughput with its
+// ratio to the passthrough and the targets ebbfs is held to.
+//
+// Run it from the repository as root (it drops the page cache and mounts):
+//
+//	go run ./bench/mountbench [-size 1GiB] [-files 5000] [-dir /var/tmp] [-keep] [-rounds 1]
+//
+// It builds ./cmd/ebbfs, runs `ebbfs init` and `ebbfs run` as a child with
+// [cache] memory_size = "256MiB", serves the loopback from a second child
+// (itself, with -serve-loopback), and stops both with umount(8) at the end,
+// expecting exit status 0. Every way out (error, signal, -timeout) unmounts
+// what it mounted, lazily if need be, before it removes the work directory.
+// See bench/README.md for the workloads and the columns.
+package main

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// loopbackFSType is what the passthrough mount shows in /proc/mounts.
+const loopbackFSType = "fuse.mountbench"
+
+// serveLoopback mounts a plain go-fuse passthrough of src at mp and serves
+// it until it is unmounted (umount, or SIGTERM/SIGINT). This is the
+// harness's child mode (-serve-loopback).
+//
+// The options mirror ebbfs's fs/fuse.Mount so that the comparison is of the
+// filesystems and not of the mount: 1 MiB MaxWrite and MaxReadAhead, no
+// writeback cache, 1 s entry and attribute timeouts, default_permissions
+// (and allow_other) as root, mounted directly with nosuid,nodev,noatime.
+// The stock LoopbackNode opens files without FOPEN_KEEP_CACHE, so unlike
+// ebbfs it loses the page cache at every open.
+//
+// Unless kernelPassthrough, CAP_PASSTHROUGH is withheld: go-fuse's loopback
+// would otherwise hand the kernel its backing file descriptors (Linux 6.9+,
+// as root) and reads and writes would bypass the server altogether, which
+// measures the disk again rather than a FUSE server. go-fuse still splices
+// reads from the backing file into /dev/fuse (its default).
+func serveLoopback(src, mp string, kernelPassthrough bool) error {
+	root, err := fs.NewLoopbackRoot(src)
+	if err != nil {
+		return err
+	}
+	asRoot := os.Geteuid() == 0
+	var opts []string
+	if !asRoot {
+		opts = append(opts, "noatime")
+	}
+	opts = append(opts, "default_permissions")
+	timeout := time.Second
+	var disabled uint64
+	if !kernelPassthrough {
+		disabled = fuse.CAP_PASSTHROUGH
+	}
+	srv, err := fs.Mount(mp, root, &fs.Options{
+		MountOptions: fuse.MountOptions{
+			AllowOther:           asRoot,
+			Options:              opts,
+			FsName:               "mountbench-loopback",
+			Name:                 "mountbench",
+			MaxWrite:             1 << 20,
+			MaxReadAhead:         1 << 20,
+			DirectMount:          asRoot,
+			DirectMountFlags:     syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME,
+			DisabledCapabilities: disabled,
+		},
+		EntryTimeout: &timeout,
+		AttrTimeout:  &timeout,
+	})
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", mp, err)
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	done := make(chan struct{})
+	go func() {
+		srv.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-sigs:
+		if err := srv.Unmount(); err != nil {
+			_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+		}
+		<-done
+	}
+	return nil
+}

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// row is one workload line of the table.
+type row struct {
+	key    string
+	label  string
+	ops    bool    // ops/s rather than MiB/s
+	target float64 // least acceptable ebbfs/passthrough ratio; 0: none
+}
+
+// rssTarget bounds the ebbfs writer's peak RSS with memory_size = 256MiB.
+const rssTarget = 768 * MiB
+
+func rowsFor(o options) []row {
+	sz := formatSize(o.size)
+	return []row{
+		{"seqwrite", "seq write " + sz + " (1MiB writes) + fsync", false, 0.5},
+		{"coldread", "cold seq read " + sz, false, 0.5},
+		{"warmfd", "warm seq read, same fd", false, 0.8},
+		{"warmopen", "warm seq read, reopened", false, 0.8},
+		{"rand4k", fmt.Sprintf("cold 4KiB random pread x%d", o.randReads), true, 0},
+		{"create", fmt.Sprintf("create %d x 4KiB files", o.files), true, 0},
+		{"stat", fmt.Sprintf("stat %d files (cold)", o.files), true, 0},
+		{"delete", fmt.Sprintf("delete %d files", o.files), true, 0},
+	}
+}
+
+// label is a row's name, for progress lines.
+func (b *bench) label(key string) string {
+	for _, r := range rowsFor(b.o) {
+		if r.key == key {
+			return r.label
+		}
+	}
+	return key
+}
+
+func isOps(key string) bool {
+	for _, r := range rowsFor(options{size: GiB}) {
+		if r.key == key {
+			return r.ops
+		}
+	}
+	return false
+}
+
+// formatValue prints a result with its unit.
+func formatValue(key string, r result) string {
+	if r.err != nil {
+		return "ERROR"
+	}
+	if isOps(key) {
+		return fmt.Sprintf("%.0f ops/s", r.n)
+	}
+	return fmt.Sprintf("%.1f MiB/s", r.n)
+}
+
+func number(key string, r result, ok bool) string {
+	switch {
+	case !ok:
+		return "-"
+	case r.err != nil:
+		return "ERROR"
+	}
+	mark := ""
+	if r.drops > 0 {
+		mark = "*"
+	}
+	if isOps(key) {
+		return fmt.Sprintf("%.0f%s", r.n, mark)
+	}
+	return fmt.Sprintf("%.1f%s", r.n, mark)
+}
+
+func ratio(m map[string]result, name string) (float64, bool) {
+	a, ok1 := m[name]
+	p, ok2 := m["passthrough"]
+	if !ok1 || !ok2 || a.err != nil || p.err != nil || p.n <= 0 {
+		return 0, false
+	}
+	return a.n / p.n, true
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "ok"
+	}
+	return "MISSED"
+}
+
+func (b *bench) report(w io.Writer) {
+	o := b.o
+	host, _ := os.Hostname()
+	src, fstype := mountOf(b.work)
+	fmt.Fprintf(w, "\nmountbench %s on %s: %d CPUs, %s, %s\n", time.Now().Format("2006-01-02 15:04:05"), host, runtime.NumCPU(), kernel(), runtime.Version())
+	fmt.Fprintf(w, "work directory %s (%s %s); -size %s, -files %d, -randreads %d, -seed %d, -rounds %d\n",
+		b.work, fstype, src, formatSize(o.size), o.files, o.randReads, o.seed, o.rounds)
+	if o.rounds > 1 {
+		fmt.Fprintf(w, "every number is the median of %d rounds (the target order rotates each round)\n", o.rounds)
+	}
+	fmt.Fprintln(w, "targets: disk = a plain directory; passthrough = go-fuse fs.NewLoopbackRoot of a directory,")
+	fmt.Fprintln(w, "  mounted like ebbfs (MaxWrite/MaxReadAhead 1MiB, no writeback cache, 1s timeouts);")
+	if o.kernelPassthrough {
+		fmt.Fprintln(w, "  WITH kernel FUSE passthrough (-kernel-passthrough): its data path bypasses the server;")
+	} else {
+		fmt.Fprintln(w, "  without kernel FUSE passthrough, so its data goes through the server as ebbfs's does;")
+	}
+	fmt.Fprintf(w, "  ebbfs = ebbfs run on a file:// store, memory_size = %s; all on the same disk\n\n", formatSize(ebbfsMemoryCache))
+
+	const rowFmt = "%-38s %-6s %10s %12s %10s %8s %9s  %s\n"
+	fmt.Fprintf(w, rowFmt, "workload", "unit", "disk", "passthrough", "ebbfs", "disk/pt", "ebbfs/pt", "target (ebbfs/pt)")
+	fmt.Fprintln(w, strings.Repeat("-", 38+1+6+1+10+1+12+1+10+1+8+1+9+2+18))
+	for _, r := range rowsFor(o) {
+		m := b.res[r.key]
+		unit := "MiB/s"
+		if r.ops {
+			unit = "ops/s"
+		}
+		var cells []any
+		cells = append(cells, r.label, unit)
+		for _, name := range []string{"disk", "passthrough", "ebbfs"} {
+			v, ok := m[name]
+			cells = append(cells, number(r.key, v, ok))
+		}
+		for _, name := range []string{"disk", "ebbfs"} {
+			if x, ok := ratio(m, name); ok {
+				cells = append(cells, fmt.Sprintf("%.2fx", x))
+			} else {
+				cells = append(cells, "-")
+			}
+		}
+		tgt := ""
+		if r.target > 0 {
+			x, ok := ratio(m, "ebbfs")
+			tgt = fmt.Sprintf(">= %.1fx  %s", r.target, verdict(ok && x >= r.target))
+		}
+		cells = append(cells, tgt)
+		fmt.Fprintf(w, rowFmt, cells...)
+	}
+
+	fmt.Fprintln(w)
+	for i := len(b.targets) - 1; i >= 0; i-- {
+		t := b.targets[i]
+		if t.srv == nil {
+			continue
+		}
+		line := fmt.Sprintf("%s peak RSS (VmHWM, before unmount): %s, VmRSS %s", t.name, mib(t.hwm), mib(t.rss))
+		if t.hwm == 0 {
+			line = t.name + " peak RSS: not sampled"
+		}
+		if t.name == "ebbfs" {
+			line += fmt.Sprintf("   target < %s with memory_size = %s  %s",
+				mib(rssTarget), formatSize(ebbfsMemoryCache), verdict(t.hwm > 0 && t.hwm < rssTarget))
+		}
+		fmt.Fprintln(w, line)
+	}
+	for i := len(b.targets) - 1; i >= 0; i-- {
+		t := b.targets[i]
+		if t.srv == nil {
+			continue
+		}
+		if t.stopE != nil {
+			fmt.Fprintf(w, "%s stop: FAILED after %v: %v\n", t.name, t.stop.Round(time.Millisecond), t.stopE)
+		} else {
+			fmt.Fprintf(w, "%s stop: umount, then exit 0 after %v\n", t.name, t.stop.Round(time.Millisecond))
+		}
+	}
+
+	const sideFmt = "%-38s %14s %14s %13s %13s %17s %11s\n"
+	fmt.Fprintf(w, "\nserver side: CPU = user+sys (%% of wall); disk = the server's block I/O, read/write MiB\n")
+	fmt.Fprintf(w, sideFmt, "workload", "pt CPU", "ebbfs CPU", "pt disk r/w", "ebbfs disk r/w", "ebbfs store dn/up", "ebbfs VmHWM")
+	for _, r := range rowsFor(o) {
+		m := b.res[r.key]
+		cpu := func(name string) string {
+			v, ok := m[name]
+			if !ok || v.cpu < 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2fs %3.0f%%", v.cpu.Seconds(), 100*v.cpu.Seconds()/v.wall.Seconds())
+		}
+		disk := func(name string) string {
+			v, ok := m[name]
+			if !ok || v.io == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.0f/%.0f", float64(v.io.rd)/MiB, float64(v.io.wr)/MiB)
+		}
+		st, hwm := "-", "-"
+		if v, ok := m["ebbfs"]; ok {
+			if v.store != nil {
+				st = fmt.Sprintf("%.0f/%.0f (%d)", float64(v.store.down)/MiB, float64(v.store.up)/MiB, v.store.requests)
+			}
+			if v.hwm > 0 {
+				hwm = fmt.Sprintf("%.0f MiB", float64(v.hwm)/MiB)
+			}
+		}
+		fmt.Fprintf(w, sideFmt, r.label, cpu("passthrough"), cpu("ebbfs"), disk("passthrough"), disk("ebbfs"), st, hwm)
+	}
+	fmt.Fprintln(w, "(store dn/up = ebbfs's object-store payload MiB down/up (requests), from its /metrics)")
+	for _, t := range b.targets {
+		if t.cache != "" {
+			fmt.Fprintf(w, "ebbfs on-disk frame cache (%s/frames) at the end: %s\n", t.cache, mib(t.frames))
+		}
+	}
+
+	fmt.Fprintln(w, "\nnotes:")
+	fmt.Fprintln(w, "- cold = sync + echo 3 > /proc/sys/vm/drop_caches right before (page cache, dentries, inodes;")
+	fmt.Fprintln(w, "  for the FUSE targets that includes the mount's own page cache and the backing files').")
+	frac := 100 * float64(min(o.size, ebbfsMemoryCache)) / float64(o.size)
+	fmt.Fprintf(w, "- ebbfs's memory cache (memory_size = %s, an LRU of plaintext frames) is filled by reads,\n", formatSize(ebbfsMemoryCache))
+	fmt.Fprintln(w, "  not writes: the cold read starts with none of the file in it.")
+	if o.size > ebbfsMemoryCache {
+		fmt.Fprintf(w, "  The file (%s) is larger than the cache, so it never holds the whole file: the random\n", formatSize(o.size))
+		fmt.Fprintf(w, "  reads after the sequential ones can find at most the last %.0f%% of it there.\n", frac)
+	} else {
+		fmt.Fprintf(w, "  WARNING: -size %s fits in that cache, so the random reads are served from it.\n", formatSize(o.size))
+	}
+	for _, t := range b.targets {
+		if t.cache != "" && t.frames > 0 {
+			fmt.Fprintln(w, "- ebbfs's on-disk frame cache was in use although the store is a local directory (the engine")
+			fmt.Fprintln(w, "  means to skip it then): its cold read fetched every frame from the store AND wrote it to")
+			fmt.Fprintln(w, "  cache/frames; later misses of the memory cache are read from there (also on this disk, cold).")
+		}
+	}
+	fmt.Fprintln(w, "- warm, same fd: the cold read's file descriptor, read again at once (page cache for all).")
+	fmt.Fprintln(w, "  warm, reopened: a new open; the stock loopback does not set FOPEN_KEEP_CACHE, so the kernel")
+	fmt.Fprintln(w, "  drops its page cache at open and reads go through FUSE again; ebbfs keeps it.")
+	fmt.Fprintln(w, "- sequential reads and random reads check every byte; small files are written without fsync.")
+	disturbed, retried := 0, 0
+	for _, m := range b.all {
+		for _, rs := range m {
+			for _, r := range rs {
+				if r.drops > 0 {
+					disturbed++
+				}
+				if r.tries > 1 {
+					retried++
+				}
+			}
+		}
+	}
+	if disturbed > 0 || retried > 0 {
+		fmt.Fprintf(w, "- * = another process dropped the page cache during the measurement (/proc/vmstat drop_pagecache);\n")
+		fmt.Fprintf(w, "  %d measurement(s) so marked, %d warm read(s) retried (up to %d tries). A marked warm read was\n", disturbed, retried, warmTries)
+		fmt.Fprintln(w, "  partly cold; rerun when the machine is quieter.")
+	} else {
+		fmt.Fprintln(w, "- no other process dropped the page cache during any measurement.")
+	}
+	var ls []string
+	mx := 0.0
+	for _, l := range b.loads {
+		ls = append(ls, fmt.Sprintf("%.2f", l))
+		mx = max(mx, l)
+	}
+	fmt.Fprintf(w, "- load average (1 min) at start, after each group, at end: %s (max %.2f on %d CPUs);\n",
+		strings.Join(ls, " "), mx, runtime.NumCPU())
+	fmt.Fprintf(w, "  the machine is shared, so compare columns of one run rather than runs. Took %v.\n",
+		time.Since(b.start).Round(time.Second))
+	for _, r := range rowsFor(o) {
+		for _, name := range []string{"disk", "passthrough", "ebbfs"} {
+			if v, ok := b.res[r.key][name]; ok && v.err != nil {
+				fmt.Fprintf(w, "ERROR %s on %s: %v\n", r.label, name, v.err)
+			}
+		}
+	}
+}
+
+// kernel returns the running kernel's release.
+func kernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "linux"
+	}
+	return "linux " + strings.TrimSpace(string(b))
+}
+
+// mountOf returns the source and type of the mount holding path.
+func mountOf(path string) (source, fstype string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "?", "?"
+	}
+	best := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if !(path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) || len(mp) < len(best) {
+			continue
+		}
+		for i := 6; i < len(f)-2; i++ {
+			if f[i] == "-" {
+				best, fstype, source = mp, f[i+1], f[i+2]
+				break
+			}
+		}
+	}
+	return source, fstype
+}
