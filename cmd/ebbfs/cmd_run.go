@@ -260,12 +260,6 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		if err := ensureNBDDir(ctx, e); err != nil {
 			log.Warn("could not create /.nbd", "err", err)
 		}
-		bg, err := startBackground(c, e, st, k, triggers, log)
-		if err != nil {
-			return err
-		}
-		p.bg = bg
-		cleanup.push(func() { bg.close(log) })
 	} else {
 		cleanup.push(startReaderCheckpoint(ctx, c, e, st, log))
 	}
@@ -312,6 +306,21 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		return fmt.Errorf("mounting %s: %w", mp, err)
 	}
 	endStartup() // the loop below owns the signals from here on
+	// Reclamation starts only once the mount is up: go-fuse's mount check
+	// briefly holds a file open on the mount itself, and a process that
+	// exits (a crash, a failpoint) while holding one deadlocks in the
+	// kernel's FLUSH to itself.
+	if !f.readOnly {
+		bg, err := startBackground(c, e, st, k, triggers, log)
+		if err != nil {
+			if uerr := srv.Unmount(); uerr != nil {
+				_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+			}
+			return err
+		}
+		p.bg = bg
+		cleanup.push(func() { bg.close(log) })
+	}
 	fuseDone := make(chan struct{})
 	go func() {
 		srv.Wait()
