@@ -142,6 +142,9 @@ func (b *bench) report(w io.Writer) {
 		if r.target > 0 {
 			x, ok := ratio(m, "ebbfs")
 			tgt = fmt.Sprintf(">= %.1fx  %s", r.target, verdict(ok && x >= r.target))
+			if m["ebbfs"].drops > 0 || m["passthrough"].drops > 0 {
+				tgt += " (*: unreliable)"
+			}
 		}
 		cells = append(cells, tgt)
 		fmt.Fprintf(w, rowFmt, cells...)
