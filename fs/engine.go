@@ -96,7 +96,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		o.SegmentTarget = 32 << 20
 	}
 	if o.DirtyLimit <= 0 {
-		o.DirtyLimit = 256 << 20
+		o.DirtyLimit = 128 << 20
 	}
 	if o.DirtyLimit < 2*o.SegmentTarget {
 		o.DirtyLimit = 2 * o.SegmentTarget
@@ -131,7 +131,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		return nil, err
 	}
 	diskDir := filepath.Join(o.CacheDir, "frames")
-	if _, local := o.Store.(*objstore.Local); (local && o.DiskCacheBytes == 0) || o.DiskCacheBytes < 0 {
+	if objstore.IsLocal(o.Store) || o.DiskCacheBytes < 0 {
 		// A local-directory store is a disk already: caching its frames on
 		// disk again would only double the bytes written.
 		diskDir, o.DiskCacheBytes = "", 0

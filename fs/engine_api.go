@@ -17,10 +17,10 @@ type Options struct {
 	Keys             *keys.Keys
 	CacheDir         string        // local Pebble and disk cache live here
 	MemoryCacheBytes int64         // plaintext frame cache (default 256 MiB)
-	DiskCacheBytes   int64         // encrypted frame cache on disk (default 10 GiB; off for a local store; < 0 disables)
+	DiskCacheBytes   int64         // encrypted frame cache on disk (default 10 GiB; always off for a local-directory store; < 0 disables)
 	FlushInterval    time.Duration // periodic barrier (default 1s)
 	SegmentTarget    int64         // seal the open segment at this size (default 32 MiB)
-	DirtyLimit       int64         // writes block above this many dirty bytes (default 256 MiB)
+	DirtyLimit       int64         // writes block above this many dirty bytes (default 128 MiB)
 	ReadOnly         bool
 	Holder           string // lease holder description
 	Logger           *slog.Logger

@@ -99,3 +99,19 @@ func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) 
 		after = page.Objects[len(page.Objects)-1].Key
 	}
 }
+
+// IsLocal reports whether s is, under any decorators that expose Unwrap,
+// the local-directory backend.
+func IsLocal(s Store) bool {
+	for i := 0; i < 16 && s != nil; i++ {
+		if _, ok := s.(*Local); ok {
+			return true
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return false
+		}
+		s = u.Unwrap()
+	}
+	return false
+}

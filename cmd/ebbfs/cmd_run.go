@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -84,7 +85,7 @@ type process struct {
 	k       *keys.Keys
 	st      objstore.Store
 	count   *objstore.Counting
-	bg      *background // nil for a reader
+	bg      atomic.Pointer[background] // set once the mount is up; never for a reader
 	mp      string
 	started time.Time
 	log     *slog.Logger
@@ -125,8 +126,8 @@ func (p *process) Status(ctx context.Context) admin.Status {
 	if live, err := p.e.LiveBytes(); err == nil {
 		extra[extraLiveBytes] = live
 	}
-	if p.bg != nil {
-		_, cycles := p.bg.r.LastCycle()
+	if bg := p.bg.Load(); bg != nil {
+		_, cycles := bg.r.LastCycle()
 		extra[extraReclaimCycles] = cycles
 	}
 	p.mu.Lock()
@@ -207,6 +208,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		return err
 	}
 	// Every request of this process is counted for /metrics.
+	limitMemory(int64(c.Cache.MemorySize), log)
 	counting := objstore.NewCounting(rawStore)
 	var st objstore.Store = counting
 	host, _ := os.Hostname()
@@ -318,7 +320,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 			}
 			return err
 		}
-		p.bg = bg
+		p.bg.Store(bg)
 		cleanup.push(func() { bg.close(log) })
 	}
 	fuseDone := make(chan struct{})
@@ -456,4 +458,18 @@ func listenUnixSocket(p string, mode os.FileMode) (net.Listener, error) {
 		return nil, err
 	}
 	return l, nil
+}
+
+// limitMemory bounds the Go heap to the plaintext cache plus room for the
+// dirty data (fs.Options.DirtyLimit, 128 MiB), segments being built and
+// uploaded, and Pebble, so that the garbage collector works harder before
+// the process grows past what the configuration promises. GOMEMLIMIT in
+// the environment wins.
+func limitMemory(cacheBytes int64, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := cacheBytes + 448<<20
+	debug.SetMemoryLimit(limit)
+	log.Debug("memory limit", "bytes", limit)
 }
