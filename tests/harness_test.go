@@ -59,7 +59,11 @@ func testMain(m *testing.M) int {
 		binDir = dir
 		ebbfsBin = filepath.Join(dir, "ebbfs")
 		// The test clock (EBBFS_TEST_TIME_SCALE) exists only in this build.
-		cmd := exec.Command("go", "build", "-tags", "ebbfs_testclock", "-o", ebbfsBin, "ebbfs.dev/ebbfs/cmd/ebbfs")
+		args := []string{"build", "-tags", "ebbfs_testclock", "-o", ebbfsBin}
+		if os.Getenv("EBBFS_E2E_RACE") != "" {
+			args = append(args, "-race") // the binary under the race detector
+		}
+		cmd := exec.Command("go", append(args, "ebbfs.dev/ebbfs/cmd/ebbfs")...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintf(os.Stderr, "tests: building ebbfs: %v\n", err)
@@ -407,8 +411,46 @@ func (p *proc) kill() {
 	_ = p.cmd.Process.Kill()
 	select {
 	case <-p.done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	// A FUSE daemon killed while a request to its own mount is in flight
+	// (it held a file open on it) cannot finish exiting: the kernel waits
+	// for a reply only it could send. Aborting the connection frees it.
+	if abortFUSE(p.e.mnt) {
+		p.e.t.Logf("aborted the FUSE connection of %s to let the killed writer exit", p.e.mnt)
+	}
+	select {
+	case <-p.done:
 	case <-time.After(exitTimeout):
 	}
+}
+
+// abortFUSE aborts the FUSE connection of the mount at mnt through fusectl.
+func abortFUSE(mnt string) bool {
+	dev := mountDev(mnt)
+	i := strings.IndexByte(dev, ':')
+	if i < 0 {
+		return false
+	}
+	minor := dev[i+1:]
+	return os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0) == nil
+}
+
+// mountDev returns the major:minor of the ebbfs mount at p, or "".
+func mountDev(p string) string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	dev := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescape(f[4]) == p && strings.Contains(line, " - fuse.ebbfs ") {
+			dev = f[2]
+		}
+	}
+	return dev
 }
 
 // forceUnmount removes whatever is mounted at the mountpoint.

@@ -39,37 +39,46 @@ func badRequest(err error) error {
 	return &admin.StatusError{Code: http.StatusBadRequest, Err: err}
 }
 
-func (p *process) writerOnly() error {
-	if p.bg == nil {
-		return &admin.StatusError{Code: http.StatusConflict, Err: errReadOnly}
+// writerOnly returns the writer's reclamation, or an error for a reader
+// (and for a writer whose mount is not up yet).
+func (p *process) writerOnly() (*background, error) {
+	if p.e.ReadOnly() {
+		return nil, &admin.StatusError{Code: http.StatusConflict, Err: errReadOnly}
 	}
-	return nil
+	bg := p.bg.Load()
+	if bg == nil {
+		return nil, &admin.StatusError{Code: http.StatusServiceUnavailable, Err: errNotStarted}
+	}
+	return bg, nil
 }
 
 // routes registers the writer's commands on the admin endpoint.
 func (p *process) routes(s *admin.Server) {
 	s.HandleJSON("POST "+routeReclaimRun, func(r *http.Request) (any, error) {
-		if err := p.writerOnly(); err != nil {
+		bg, err := p.writerOnly()
+		if err != nil {
 			return nil, err
 		}
-		return p.bg.r.RunNow(r.Context())
+		return bg.r.RunNow(r.Context())
 	})
 	s.HandleJSON("POST "+routeReclaimSweep, func(r *http.Request) (any, error) {
-		if err := p.writerOnly(); err != nil {
+		bg, err := p.writerOnly()
+		if err != nil {
 			return nil, err
 		}
-		return p.bg.r.SweepNow(r.Context())
+		return bg.r.SweepNow(r.Context())
 	})
 	s.HandleJSON("GET "+routeSpace, func(r *http.Request) (any, error) {
-		if err := p.writerOnly(); err != nil {
+		bg, err := p.writerOnly()
+		if err != nil {
 			return nil, err
 		}
-		rep, err := p.bg.r.Space(r.Context())
+		rep, err := bg.r.Space(r.Context())
 		if err != nil {
 			return nil, err
 		}
 		out := spaceReply{SpaceReport: rep}
-		if n, b, err := p.bg.gc.Footprint(r.Context()); err != nil {
+		if n, b, err := bg.gc.Footprint(r.Context()); err != nil {
 			out.MetaError = err.Error()
 		} else {
 			out.MetaObjects, out.MetaBytes = n, b
@@ -93,7 +102,7 @@ func (p *process) routes(s *admin.Server) {
 		return map[string]bool{"ok": true}, nil
 	})
 	s.HandleJSON("POST "+routeCheckpoints, func(r *http.Request) (any, error) {
-		if err := p.writerOnly(); err != nil {
+		if _, err := p.writerOnly(); err != nil {
 			return nil, err
 		}
 		var req checkpointRequest

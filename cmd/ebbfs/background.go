@@ -46,7 +46,10 @@ type background struct {
 	gc *reclaim.MetaGC
 }
 
-var errReadOnly = errors.New("this process is a read-only reader; run the command against the writer")
+var (
+	errReadOnly   = errors.New("this process is a read-only reader; run the command against the writer")
+	errNotStarted = errors.New("reclamation has not started yet (the writer is still mounting); retry in a moment")
+)
 
 // startBackground starts reclamation for a writer; trig is the fs.Events
 // the engine was opened with.

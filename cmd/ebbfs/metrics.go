@@ -79,7 +79,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if live, err := c.p.e.LiveBytes(); err == nil {
 		ch <- prometheus.MustNewConstMetric(c.live, prometheus.GaugeValue, float64(live))
 	}
-	if bg := c.p.bg; bg != nil {
+	if bg := c.p.bg.Load(); bg != nil {
 		st, n := bg.r.LastCycle()
 		ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.CounterValue, float64(n))
 		ch <- prometheus.MustNewConstMetric(c.cycleFreed, prometheus.GaugeValue, float64(st.BytesFreed))
