@@ -158,10 +158,6 @@ func (e *Engine) requeue(items []flushItem) {
 	e.dirtyBytes.Add(back)
 }
 
-func allZero(b []byte) bool {
-	return len(bytes.TrimRight(b, "\x00")) == 0
-}
-
 // newSegID allocates a segment id and records it as in flight until
 // uploadDone: the orphan sweep must never judge an object whose upload or
 // commit has not finished.

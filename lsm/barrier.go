@@ -45,10 +45,6 @@ func (db *DB) retry(ctx context.Context, what string, op func() error, isPermane
 	}
 }
 
-func notFoundOrPrecondition(err error) bool {
-	return objstore.IsNotFound(err) || objstore.IsPreconditionFailed(err)
-}
-
 // Barrier uploads every batch committed so far as one journal object and
 // returns once it is durable. Transient store errors are retried with
 // backoff until ctx ends; after an error the batches stay queued. A fenced

@@ -23,6 +23,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/config"
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/nbd"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
 )
@@ -259,7 +260,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	}()
 
 	if !f.readOnly {
-		if err := ensureNBDDir(ctx, e); err != nil {
+		if err := nbd.EnsureExportDir(ctx, e); err != nil {
 			log.Warn("could not create /.nbd", "err", err)
 		}
 	} else {
