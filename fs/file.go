@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -53,6 +54,7 @@ func (e *Engine) Release(ctx context.Context, ino uint64) error {
 		if err != nil {
 			e.log.Error("deleting unlinked file at last close", "ino", ino, "err", err)
 		}
+		failpoint.Hit("orphan-last-close")
 	}
 	e.maybeEvictLocked(n)
 	return nil
@@ -365,14 +367,22 @@ func (e *Engine) truncate(ctx context.Context, ino uint64, size uint64) error {
 	defer n.mu.Unlock()
 	now := e.now()
 	n.attr.Size, n.attr.Mtime, n.attr.Ctime = size, now, now
-	if size < n.psize || size > old {
+	// Growing the size is persisted at once only if no unflushed data lies
+	// below it (settle); otherwise the flush that commits that data also
+	// raises the persisted size, so a crash never shows a size whose bytes
+	// were lost.
+	if size < n.psize {
 		n.psize = size
 	}
 	n.settle()
 	b := e.db.NewBatch()
 	defer b.Close()
 	e.putInode(b, n)
-	return e.commit(b)
+	if err := e.commit(b); err != nil {
+		return err
+	}
+	failpoint.Hit("truncate-after-commit")
+	return nil
 }
 
 // Punch zeroes [off, off+length) and frees the extents it covers (the
@@ -503,6 +513,7 @@ func (e *Engine) dropPointers(n *inode, from, to uint64) error {
 		if err != nil {
 			return err
 		}
+		failpoint.Hit("truncate-after-drop-batch")
 		if count < zeroBatch {
 			return nil
 		}
