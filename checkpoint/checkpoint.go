@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -60,6 +61,7 @@ func Create(ctx context.Context, s objstore.Store, p Publisher, name string, kin
 		return Record{}, fmt.Errorf("checkpoint: create %q: publish returned manifest 0 (nothing published)", name)
 	}
 	published := time.Now() // monotonic: bounds this process's own delay
+	failpoint.Hit("checkpoint-after-publish")
 	rec.ManifestSeq = seq
 	b, err := encodeRecord(rec)
 	if err != nil {
@@ -71,6 +73,7 @@ func Create(ctx context.Context, s objstore.Store, p Publisher, name string, kin
 		}
 		return Record{}, fmt.Errorf("checkpoint: create %q: write record: %w", name, err)
 	}
+	failpoint.Hit("checkpoint-after-record")
 	if d := time.Since(published); d > MaxPublishToRecord {
 		// Metadata GC may have judged manifest seq unpinned meanwhile.
 		derr := s.Delete(context.WithoutCancel(ctx), key)

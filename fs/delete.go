@@ -61,6 +61,7 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 	}
 	if len(exts) > InlineDeleteExtents {
 		b.Set(schema.TombstoneKey(ino), nil)
+		failpoint.Hit("unlink-tombstone-written")
 		select {
 		case e.kickClean <- struct{}{}:
 		default:
@@ -76,6 +77,7 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 		if len(exts) > 0 {
 			defer e.deadBytes()
 		}
+		failpoint.Hit("unlink-inline-delete")
 	}
 	b.Delete(schema.InodeKey(ino))
 	b.Delete(schema.SymlinkKey(ino))
@@ -171,9 +173,11 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 			b.Delete(schema.TombstoneKey(ino))
 		}
 	}
+	failpoint.Hit("cleaner-before-commit")
 	if err := e.commit(b); err != nil {
 		return 0, err
 	}
+	failpoint.Hit("cleaner-after-commit")
 	if removed > 0 {
 		e.deadBytes()
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
@@ -243,6 +244,7 @@ func (e *Engine) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("fs: finishing orphan %d: %w", ino, err)
 		}
+		failpoint.Hit("orphan-startup")
 	}
 	return nil
 }

@@ -47,6 +47,7 @@ func (e *Engine) Barrier(ctx context.Context) error {
 		}
 		return err
 	}
+	failpoint.Hit("barrier-after-journal")
 	return nil
 }
 
@@ -112,6 +113,7 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 		sort.Slice(part, func(i, j int) bool { return part[i].idx < part[j].idx })
 	}
 	if len(items) > 0 {
+		failpoint.Hit("flush-after-snapshot")
 		done, err := e.writeSegments(ctx, items)
 		if err != nil {
 			rest := items[done:]
@@ -380,6 +382,7 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 		if err != nil {
 			return err
 		}
+		failpoint.Hit("segment-after-inode-commit")
 		i = j
 	}
 	if first && objSize > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 )
@@ -168,7 +169,11 @@ func (e *Engine) create(parent uint64, name string, mode, rdev, uid, gid uint32,
 		t.b.Set(schema.SymlinkKey(n.ino), []byte(target))
 	}
 	a := n.attr
-	return a, t.finish(nil)
+	err = t.finish(nil)
+	if err == nil {
+		failpoint.Hit("ns-create-after-commit")
+	}
+	return a, err
 }
 
 // Create makes a regular file.
@@ -284,6 +289,7 @@ func (t *txn) dropLink(n *inode) error {
 	}
 	if n.open > 0 {
 		t.b.Set(schema.OrphanKey(n.ino), nil)
+		failpoint.Hit("unlink-orphaned")
 		return nil
 	}
 	return t.e.deleteInodeLocked(t.b, n.ino, n)
@@ -320,7 +326,11 @@ func (e *Engine) Unlink(ctx context.Context, parent uint64, name string) error {
 	}
 	t.b.Delete(schema.DirentKey(parent, name))
 	t.touch(p)
-	return t.finish(t.dropLink(c))
+	if err := t.finish(t.dropLink(c)); err != nil {
+		return err
+	}
+	failpoint.Hit("ns-unlink-after-commit")
+	return nil
 }
 
 func (e *Engine) dirEmpty(ino uint64) (bool, error) {
@@ -508,7 +518,11 @@ func (e *Engine) Rename(ctx context.Context, oldParent uint64, oldName string, n
 	t.b.Delete(schema.DirentKey(oldParent, oldName))
 	t.b.Set(schema.DirentKey(newParent, newName), sd.Marshal())
 	t.moveChild(op, np, src, srcDir)
-	return t.finish(nil)
+	if err := t.finish(nil); err != nil {
+		return err
+	}
+	failpoint.Hit("ns-rename-after-commit")
+	return nil
 }
 
 // moveChild fixes link counts and times after c moved from op to np.

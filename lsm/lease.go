@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -133,6 +134,7 @@ func (db *DB) acquireLease(ctx context.Context) (Lease, string, error) {
 		if err != nil {
 			return Lease{}, "", fmt.Errorf("lsm: take over %s: %w", leaseKey, err)
 		}
+		failpoint.Hit("lsm.lease.taken-over")
 		return mine, etag, nil
 	}
 	return Lease{}, "", fmt.Errorf("lsm: %w: %s keeps changing under us; another writer is starting", ErrLeaseHeld, leaseKey)

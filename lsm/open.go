@@ -259,7 +259,11 @@ func (db *DB) recover(ctx context.Context, pinSeq uint64, pinned bool) error {
 		db.mu.appliedSeq, db.mu.nextSeq = mseq, mseq+1
 	}
 	failpoint.Hit("lsm.recover.manifest-loaded")
-	return db.replay(ctx, run)
+	if err := db.replay(ctx, run); err != nil {
+		return err
+	}
+	failpoint.Hit("lsm.recover.journals-replayed")
+	return nil
 }
 
 // tryFastRestart reopens Dir/pebble as it is when a clean-shutdown marker

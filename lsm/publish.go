@@ -178,6 +178,7 @@ func (db *DB) PublishWith(ctx context.Context, underLock func()) (uint64, error)
 	db.mu.lastPublish = db.opts.Clock.Mono()
 	db.mu.Unlock()
 	db.deleteCoveredJournals(ctx, seq)
+	failpoint.Hit("lsm.publish.journals-deleted")
 	return seq, nil
 }
 
@@ -245,6 +246,7 @@ func (db *DB) shipTable(ctx context.Context, path, name, known string) (string, 
 	if err != nil {
 		return "", 0, fmt.Errorf("lsm: publish: table %s not shipped: %w", obj, err)
 	}
+	failpoint.Hit("lsm.publish.table-uploaded")
 	return obj, int64(len(data)), nil
 }
 

@@ -84,6 +84,7 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 		st.Blocked = "checkpoint list unreadable"
 		return st, fmt.Errorf("reclaim: checkpoint list unreadable, reclaiming nothing: %w", err)
 	}
+	failpoint.Hit("cycle-after-checkpoint-list")
 	h, err := checkpoint.HorizonOf(recs)
 	if err != nil {
 		st.Blocked = "invalid checkpoint record"
@@ -138,6 +139,7 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 		}
 	}
 	r.mu.Unlock()
+	failpoint.Hit("cycle-after-deadlines")
 	if blocked {
 		st.Blocked = "paused by persistent checkpoint"
 		st.Retry = true
@@ -265,6 +267,7 @@ func (r *Reclaimer) deleteDead(ctx context.Context, c counterEntry) (deleteOutco
 		size = info.Size
 	}
 	_, entries, err := r.readDirectory(ctx, c.id, size)
+	failpoint.Hit("delete-after-directory-read")
 	if objstore.IsNotFound(err) {
 		return r.dropCounter(c.id, "object already gone")
 	}
@@ -310,6 +313,7 @@ func (r *Reclaimer) deleteDead(ctx context.Context, c counterEntry) (deleteOutco
 		// drops it.
 		return outDeleted, fmt.Errorf("reclaim: segment %s deleted, counter removal failed: %w", seg, err)
 	}
+	failpoint.Hit("delete-after-counter-removed")
 	r.forgetDeadline(c.id)
 	return outDeleted, nil
 }
@@ -330,6 +334,7 @@ func (r *Reclaimer) dropCounter(id uint64, why string) (deleteOutcome, error) {
 	if err := r.host.DB().Commit(b); err != nil {
 		return outKept, fmt.Errorf("reclaim: segment %016x: dropping stale counter: %w", id, err)
 	}
+	failpoint.Hit("delete-after-stale-drop")
 	r.forgetDeadline(id)
 	r.log.Info("reclaim: dropped stale counter", "segment", fmt.Sprintf("%016x", id), "reason", why)
 	return outStale, nil
@@ -348,6 +353,7 @@ func (r *Reclaimer) repairCounter(id uint64, ref lookupResult) (deleteOutcome, e
 	if err := r.host.DB().Commit(b); err != nil {
 		return outKept, fmt.Errorf("reclaim: segment %016x: counter repair: %w", id, err)
 	}
+	failpoint.Hit("delete-after-repair")
 	r.forgetDeadline(id)
 	r.log.Error("reclaim: segment counter under-counted live data; kept the segment and repaired its counter",
 		"segment", fmt.Sprintf("%016x", id), "counter_live", ref.counterLive, "true_live", ref.refBytes, "references", ref.refs)

@@ -322,6 +322,7 @@ func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
 		return p, fmt.Errorf("reclaim: metadata gc: list %s: %w", metaSSTPrefix, err)
 	}
 	p.listed = len(manifests) + len(ssts)
+	failpoint.Hit("metagc-after-listing")
 	// Taken after the listings, so that a table shipped before them is in
 	// the writer's shipped set by now.
 	ref, err := db.ReferencedMetaObjects(ctx)
@@ -383,6 +384,9 @@ func (g *MetaGC) delete(ctx context.Context, p metaPlan, st *MetaGCStats) error 
 	for i, o := range p.del {
 		if i > 0 {
 			failpoint.Hit("metagc-mid")
+			if strings.HasPrefix(o.Key, metaSSTPrefix) && !strings.HasPrefix(p.del[i-1].Key, metaSSTPrefix) {
+				failpoint.Hit("metagc-between-manifests-and-ssts")
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			st.Kept += len(p.del) - i

@@ -126,6 +126,7 @@ func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleS
 		}(j)
 	}
 	wg.Wait()
+	failpoint.Hit("repack-after-jobs")
 	return errors.Join(errs...)
 }
 
@@ -171,6 +172,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 	if err != nil {
 		return js, fmt.Errorf("reclaim: repack: %w", err)
 	}
+	failpoint.Hit("repack-after-gather")
 	if len(frames) == 0 {
 		return js, nil // everything died since the scan: the sources are dead now
 	}
@@ -203,6 +205,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 	}
 	frameBytes := int64(b.Size())
 	obj := b.Finish()
+	failpoint.Hit("repack-before-upload")
 	if err := segment.Upload(ctx, r.store, out, obj); err != nil {
 		// A counter-less object may remain: the orphan sweep judges it.
 		return js, fmt.Errorf("reclaim: repack: %w", err)

@@ -165,6 +165,7 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 			mu.Unlock()
 			continue // the other shards are still worth judging
 		}
+		failpoint.Hit("sweep-after-list-shard")
 		if shard == 127 {
 			failpoint.Hit("sweep-mid")
 		}
@@ -232,6 +233,7 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 			err = r.host.DB().Commit(b)
 		}
 		if err == nil {
+			failpoint.Hit("sweep-after-record-time")
 			err = r.host.Barrier(ctx)
 		}
 		if err != nil {
@@ -261,6 +263,7 @@ const (
 func (r *Reclaimer) judgeOrphan(ctx context.Context, id uint64, size int64) (orphanOutcome, error) {
 	seg := fmt.Sprintf("%016x", id)
 	_, entries, err := r.readDirectory(ctx, id, size)
+	failpoint.Hit("sweep-after-directory-read")
 	if objstore.IsNotFound(err) {
 		return orphanKept, nil // gone since the listing
 	}
