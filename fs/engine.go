@@ -54,6 +54,8 @@ type Engine struct {
 	kickFlush chan struct{} // buffered 1: dirty data passed the segment target
 	kickClean chan struct{} // buffered 1: a tombstone was written
 	closed    atomic.Bool
+	bg        context.Context // background work; canceled by Close
+	raSem     chan struct{}   // read-aheads in flight
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	waitMu    sync.Mutex
@@ -73,6 +75,9 @@ type inode struct {
 	flushing  map[uint64]*flushEntry
 	attrDirty bool // attributes changed without a commit (atime, mtime of writes)
 	deleted   bool
+
+	seqEnd atomic.Int64 // where the last read ended (read-ahead detection)
+	raEnd  atomic.Int64 // read-ahead issued up to this offset
 }
 
 type flushEntry struct {
@@ -171,7 +176,8 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
+	e.bg, e.cancel = bg, cancel
+	e.raSem = make(chan struct{}, 2)
 	if !o.ReadOnly {
 		e.wg.Add(2)
 		go e.flusher(bg)

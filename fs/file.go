@@ -119,7 +119,69 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 	if err := e.readRangeLocked(ctx, n, p, off); err != nil {
 		return 0, err
 	}
+	end := off + int64(len(p))
+	if prev := n.seqEnd.Swap(end); prev == off {
+		e.readAhead(n.ino, end, size, n)
+	}
 	return len(p), nil
+}
+
+// Read-ahead: a read that starts where the previous one ended fetches the
+// next readAheadWindow of committed extents into the frame cache in the
+// background, in runs of at least readAheadMin, so that decryption of what
+// comes next overlaps with the kernel copying out what came before.
+const (
+	readAheadWindow = 8 << 20
+	readAheadMin    = 2 << 20
+)
+
+func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
+	from := max(end, n.raEnd.Load())
+	to := min(end+readAheadWindow, size)
+	if to-from < readAheadMin && to < size || to <= from || e.closed.Load() {
+		return
+	}
+	select {
+	case e.raSem <- struct{}{}:
+	default:
+		return // enough read-ahead in flight
+	}
+	n.raEnd.Store(to)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() { <-e.raSem }()
+		e.prefetch(e.bg, ino, from, to)
+	}()
+}
+
+// prefetch reads the committed extents covering [from, to) into the cache.
+func (e *Engine) prefetch(ctx context.Context, ino uint64, from, to int64) {
+	var ids []segment.FrameID
+	var ptrs []segment.Pointer
+	run := func() {
+		if len(ptrs) > 0 && ctx.Err() == nil {
+			if _, err := e.rd.ReadRun(ctx, ids, ptrs); err != nil {
+				e.log.Debug("read-ahead", "ino", ino, "err", err)
+			}
+		}
+		ids, ptrs = ids[:0], ptrs[:0]
+	}
+	for idx := uint64(from) / extentSize; int64(idx)*extentSize < to; idx++ {
+		p, ok, err := e.pointer(ino, idx)
+		if err != nil {
+			return
+		}
+		if !ok {
+			continue
+		}
+		if k := len(ptrs); k > 0 && (ptrs[k-1].Segment != p.Segment || ptrs[k-1].End() != uint64(p.Offset) || k >= 64) {
+			run()
+		}
+		ids = append(ids, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen})
+		ptrs = append(ptrs, p)
+	}
+	run()
 }
 
 // readRangeLocked fills p from off, fetching runs of committed extents that

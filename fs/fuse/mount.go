@@ -2,14 +2,17 @@ package fuse
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // Name is the filesystem type suffix: /proc/mounts shows "fuse.ebbfs".
@@ -118,7 +121,7 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		mo.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	}
 	f := &fsys{e: e, log: log}
-	return fs.Mount(mountpoint, &Node{fsys: f}, &fs.Options{
+	srv, err := fs.Mount(mountpoint, &Node{fsys: f}, &fs.Options{
 		MountOptions:   mo,
 		EntryTimeout:   &entry,
 		AttrTimeout:    &attr,
@@ -127,4 +130,29 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		NullPermissions: true,
 		Logger:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	})
+	if err != nil {
+		return nil, err
+	}
+	raiseReadahead(mountpoint, log)
+	return srv, nil
+}
+
+// readaheadKiB is the kernel readahead window asked for the mount. The
+// kernel starts a FUSE mount at 128 KiB whatever the INIT reply says; a
+// larger window turns sequential reads into 1 MiB requests, which the
+// engine serves with one ranged GET per run of frames.
+const readaheadKiB = 1024
+
+// raiseReadahead sets the mount's backing-device readahead (root only; a
+// failure costs only speed, so it is logged at debug level).
+func raiseReadahead(mountpoint string, log *slog.Logger) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(mountpoint, &st); err != nil {
+		log.Debug("fuse: readahead: stat", "err", err)
+		return
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if err := os.WriteFile(path, []byte(strconv.Itoa(readaheadKiB)), 0o644); err != nil {
+		log.Debug("fuse: readahead", "path", path, "err", err)
+	}
 }
