@@ -127,16 +127,20 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 }
 
 // Read-ahead: a read that starts where the previous one ended fetches the
-// next readAheadWindow of committed extents into the frame cache in the
-// background, in runs of at least readAheadMin, so that decryption of what
-// comes next overlaps with the kernel copying out what came before.
+// committed extents from readAheadSkip to readAheadWindow past it into the
+// frame cache in the background, in runs of at least readAheadMin, so that
+// decryption of what comes next overlaps with the kernel copying out what
+// came before. The first readAheadSkip is left to the kernel's own
+// readahead (1 MiB), whose request is usually already on its way; fetching
+// it here too would read it twice.
 const (
+	readAheadSkip   = 1 << 20
 	readAheadWindow = 8 << 20
 	readAheadMin    = 2 << 20
 )
 
 func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
-	from := max(end, n.raEnd.Load())
+	from := max(end+readAheadSkip, n.raEnd.Load())
 	to := min(end+readAheadWindow, size)
 	if to-from < readAheadMin && to < size || to <= from || e.closed.Load() {
 		return
