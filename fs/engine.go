@@ -78,6 +78,14 @@ type inode struct {
 
 	seqEnd atomic.Int64 // where the last read ended (read-ahead detection)
 	raEnd  atomic.Int64 // read-ahead issued up to this offset
+	ra     atomic.Pointer[readAheadRun]
+}
+
+// readAheadRun is a read-ahead in flight: reads of its range wait for it
+// rather than fetching the same frames a second time.
+type readAheadRun struct {
+	from, to int64
+	done     chan struct{}
 }
 
 type flushEntry struct {

@@ -116,10 +116,17 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 	if int64(len(p)) > size-off {
 		p = p[:size-off]
 	}
+	end := off + int64(len(p))
+	if ra := n.ra.Load(); ra != nil && off < ra.to && end > ra.from {
+		select {
+		case <-ra.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	if err := e.readRangeLocked(ctx, n, p, off); err != nil {
 		return 0, err
 	}
-	end := off + int64(len(p))
 	if prev := n.seqEnd.Swap(end); prev == off {
 		e.readAhead(n.ino, end, size, n)
 	}
@@ -151,10 +158,13 @@ func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
 		return // enough read-ahead in flight
 	}
 	n.raEnd.Store(to)
+	run := &readAheadRun{from: from, to: to, done: make(chan struct{})}
+	n.ra.Store(run)
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
 		defer func() { <-e.raSem }()
+		defer close(run.done)
 		e.prefetch(e.bg, ino, from, to)
 	}()
 }
