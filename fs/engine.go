@@ -54,6 +54,7 @@ type Engine struct {
 	kickFlush chan struct{} // buffered 1: dirty data passed the segment target
 	kickClean chan struct{} // buffered 1: a tombstone was written
 	closed    atomic.Bool
+	started   atomic.Bool
 	bg        context.Context // background work; canceled by Close
 	raSem     chan struct{}   // read-aheads in flight
 	cancel    context.CancelFunc
@@ -186,12 +187,22 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	e.bg, e.cancel = bg, cancel
 	e.raSem = make(chan struct{}, 2)
-	if !o.ReadOnly {
-		e.wg.Add(2)
-		go e.flusher(bg)
-		go e.cleaner(bg)
+	if !o.DeferBackground {
+		e.StartBackground()
 	}
 	return e, nil
+}
+
+// StartBackground starts the periodic flusher and the tombstone cleaner
+// (writers only). Open calls it unless Options.DeferBackground is set; a
+// second call does nothing.
+func (e *Engine) StartBackground() {
+	if e.opts.ReadOnly || e.started.Swap(true) {
+		return
+	}
+	e.wg.Add(2)
+	go e.flusher(e.bg)
+	go e.cleaner(e.bg)
 }
 
 // load reads the engine's system records and, for a writer, creates the root

@@ -26,6 +26,9 @@ type Options struct {
 	Logger           *slog.Logger
 	Clock            clock.Clock
 	Events           Events // reclamation hooks; may be nil
+	// DeferBackground leaves the flusher and the tombstone cleaner to a
+	// later StartBackground (ebbfs run starts them once the mount is up).
+	DeferBackground bool
 
 	tuneLSM func(*lsm.Options) // tests: adjust the metadata store's options
 }

@@ -230,6 +230,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Logger:           log,
 		Clock:            clock.Real{},
 		Events:           events,
+		DeferBackground:  true,
 	})
 	if err != nil {
 		if stopRequested.Load() && errors.Is(err, context.Canceled) {
@@ -313,6 +314,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	// briefly holds a file open on the mount itself, and a process that
 	// exits (a crash, a failpoint) while holding one deadlocks in the
 	// kernel's FLUSH to itself.
+	e.StartBackground()
 	if !f.readOnly {
 		bg, err := startBackground(c, e, st, k, triggers, log)
 		if err != nil {
