@@ -705,8 +705,12 @@ func (e *Engine) nextDataLocked(n *inode, idx uint64) (uint64, bool, error) {
 	return best, found, it.Error()
 }
 
-// SeekData returns the first offset >= off that holds data.
-func (e *Engine) SeekData(ctx context.Context, ino uint64, off int64) (int64, error) {
+// seek runs f on ino's loaded inode with its size, after the checks
+// SEEK_DATA and SEEK_HOLE share: an offset at or past the end is ErrNoData.
+func (e *Engine) seek(ino uint64, off int64, f func(n *inode, size int64) (int64, error)) (int64, error) {
+	if off < 0 {
+		return 0, ErrInvalid
+	}
 	n, err := e.acquire(ino)
 	if err != nil {
 		return 0, err
@@ -715,47 +719,39 @@ func (e *Engine) SeekData(ctx context.Context, ino uint64, off int64) (int64, er
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	size := int64(n.attr.Size)
-	if off < 0 {
-		return 0, ErrInvalid
-	}
 	if off >= size {
 		return 0, ErrNoData
 	}
-	idx, ok, err := e.nextDataLocked(n, uint64(off)/extentSize)
-	if err != nil {
-		return 0, err
-	}
-	if !ok || int64(idx)*extentSize >= size {
-		return 0, ErrNoData
-	}
-	return max(off, int64(idx)*extentSize), nil
+	return f(n, size)
+}
+
+// SeekData returns the first offset >= off that holds data.
+func (e *Engine) SeekData(ctx context.Context, ino uint64, off int64) (int64, error) {
+	return e.seek(ino, off, func(n *inode, size int64) (int64, error) {
+		idx, ok, err := e.nextDataLocked(n, uint64(off)/extentSize)
+		if err != nil {
+			return 0, err
+		}
+		if !ok || int64(idx)*extentSize >= size {
+			return 0, ErrNoData
+		}
+		return max(off, int64(idx)*extentSize), nil
+	})
 }
 
 // SeekHole returns the first offset >= off inside a hole (the end of the
 // file counts as one).
 func (e *Engine) SeekHole(ctx context.Context, ino uint64, off int64) (int64, error) {
-	n, err := e.acquire(ino)
-	if err != nil {
-		return 0, err
-	}
-	defer e.release(n)
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	size := int64(n.attr.Size)
-	if off < 0 {
-		return 0, ErrInvalid
-	}
-	if off >= size {
-		return 0, ErrNoData
-	}
-	for idx := uint64(off) / extentSize; int64(idx)*extentSize < size; idx++ {
-		ok, err := e.hasDataLocked(n, idx)
-		if err != nil {
-			return 0, err
+	return e.seek(ino, off, func(n *inode, size int64) (int64, error) {
+		for idx := uint64(off) / extentSize; int64(idx)*extentSize < size; idx++ {
+			ok, err := e.hasDataLocked(n, idx)
+			if err != nil {
+				return 0, err
+			}
+			if !ok {
+				return max(off, int64(idx)*extentSize), nil
+			}
 		}
-		if !ok {
-			return max(off, int64(idx)*extentSize), nil
-		}
-	}
-	return size, nil
+		return size, nil
+	})
 }

@@ -295,6 +295,19 @@ func (t *txn) dropLink(n *inode) error {
 	return t.e.deleteInodeLocked(t.b, n.ino, n)
 }
 
+// entry finds the directory parent and its entry name, which must exist.
+func (t *txn) entry(parent uint64, name string) (*inode, schema.Dirent, error) {
+	p, err := t.dir(parent)
+	if err != nil {
+		return nil, schema.Dirent{}, err
+	}
+	d, ok, err := t.e.dirent(parent, name)
+	if err == nil && !ok {
+		err = ErrNotExist
+	}
+	return p, d, err
+}
+
 // Unlink removes a non-directory entry.
 func (e *Engine) Unlink(ctx context.Context, parent uint64, name string) error {
 	if err := e.writable(); err != nil {
@@ -306,15 +319,8 @@ func (e *Engine) Unlink(ctx context.Context, parent uint64, name string) error {
 	e.ns.Lock()
 	defer e.ns.Unlock()
 	t := e.begin()
-	p, err := t.dir(parent)
+	p, d, err := t.entry(parent, name)
 	if err != nil {
-		return t.finish(err)
-	}
-	d, ok, err := e.dirent(parent, name)
-	if err != nil || !ok {
-		if err == nil {
-			err = ErrNotExist
-		}
 		return t.finish(err)
 	}
 	if d.Type == ModeDir {
@@ -379,15 +385,8 @@ func (e *Engine) Rmdir(ctx context.Context, parent uint64, name string) error {
 	e.ns.Lock()
 	defer e.ns.Unlock()
 	t := e.begin()
-	p, err := t.dir(parent)
+	p, d, err := t.entry(parent, name)
 	if err != nil {
-		return t.finish(err)
-	}
-	d, ok, err := e.dirent(parent, name)
-	if err != nil || !ok {
-		if err == nil {
-			err = ErrNotExist
-		}
 		return t.finish(err)
 	}
 	if d.Type != ModeDir {
