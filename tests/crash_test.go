@@ -217,7 +217,7 @@ func workMetaGC(r *crashRun) {
 	r.flush()
 	r.cli("checkpoint", "create", "--ttl", "1m", "gx")
 	r.cli("checkpoint", "delete", "gx")
-	r.waitExit(8 * time.Second)
+	r.waitExit(30 * time.Second)
 }
 
 func workCheckpoint(r *crashRun) {
@@ -235,7 +235,7 @@ func workManyBarriers(r *crashRun) {
 		r.pwrites("j", []int64{int64(i) << 12}, [][]byte{randBytes(r.t, 4<<10)})
 		r.fsync("j") // one journal object each
 	}
-	r.waitExit(3 * time.Second) // publication runs in the background
+	r.waitExit(30 * time.Second) // publication runs in the background
 }
 
 // ---- the matrix ----
@@ -333,7 +333,7 @@ func crashPhase(t *testing.T, e *env, m *crashModel, spec string, work func(*cra
 	if waitMountedOrExit(p) && work != nil {
 		work(r)
 	}
-	r.waitExit(2 * time.Second)
+	r.waitExit(10 * time.Second)
 	r.releaseAll()
 	if !p.exited() {
 		p.stop()
