@@ -98,6 +98,15 @@ func (e *Engine) dirent(parent uint64, name string) (schema.Dirent, bool, error)
 	return d, err == nil, err
 }
 
+// absent fails with ErrExist if name is taken in directory parent.
+func (e *Engine) absent(parent uint64, name string) error {
+	_, ok, err := e.dirent(parent, name)
+	if err == nil && ok {
+		err = ErrExist
+	}
+	return err
+}
+
 // Lookup finds name in directory parent.
 func (e *Engine) Lookup(ctx context.Context, parent uint64, name string) (Attr, error) {
 	if len(name) > MaxNameLen {
@@ -156,10 +165,7 @@ func (e *Engine) create(parent uint64, name string, mode, rdev, uid, gid uint32,
 	if err != nil {
 		return Attr{}, t.finish(err)
 	}
-	if _, ok, err := e.dirent(parent, name); err != nil || ok {
-		if err == nil {
-			err = ErrExist
-		}
+	if err := e.absent(parent, name); err != nil {
 		return Attr{}, t.finish(err)
 	}
 	n := t.newChild(p, name, mode, rdev, uid, gid)
@@ -258,10 +264,7 @@ func (e *Engine) Link(ctx context.Context, ino, newParent uint64, newName string
 	case a.Nlink == 0:
 		return Attr{}, t.finish(ErrNotExist)
 	}
-	if _, ok, err := e.dirent(newParent, newName); err != nil || ok {
-		if err == nil {
-			err = ErrExist
-		}
+	if err := e.absent(newParent, newName); err != nil {
 		return Attr{}, t.finish(err)
 	}
 	t.b.Set(schema.DirentKey(newParent, newName), schema.Dirent{Ino: ino, Type: a.Mode & ModeType}.Marshal())
