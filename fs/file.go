@@ -73,6 +73,37 @@ func (e *Engine) pointer(ino, idx uint64) (segment.Pointer, bool, error) {
 	return p, true, nil
 }
 
+// extentPointer is the committed pointer of one extent.
+type extentPointer struct {
+	idx uint64
+	p   segment.Pointer
+}
+
+// pointersIn returns the committed pointers of extents [from, to) of ino in
+// index order, read in one pass of an iterator rather than a lookup per
+// extent.
+func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
+	lo, hi := schema.ExtentRange(ino, from, to)
+	it, err := e.newIter(lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []extentPointer
+	for ok := it.First(); ok; ok = it.Next() {
+		_, idx, err := schema.ParseExtentKey(it.Key())
+		if err != nil {
+			return nil, fmt.Errorf("fs: extent key %x: %w", it.Key(), err)
+		}
+		p, err := segment.UnmarshalPointer(it.Value())
+		if err != nil {
+			return nil, fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
+		}
+		out = append(out, extentPointer{idx, p})
+	}
+	return out, e.mapErr(it.Error())
+}
+
 // readCommitted reads an extent from its segment; nil means a hole.
 func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, error) {
 	p, ok, err := e.pointer(ino, idx)
@@ -181,19 +212,16 @@ func (e *Engine) prefetch(ctx context.Context, ino uint64, from, to int64) {
 		}
 		ids, ptrs = ids[:0], ptrs[:0]
 	}
-	for idx := uint64(from) / extentSize; int64(idx)*extentSize < to; idx++ {
-		p, ok, err := e.pointer(ino, idx)
-		if err != nil {
-			return
-		}
-		if !ok {
-			continue
-		}
-		if k := len(ptrs); k > 0 && (ptrs[k-1].Segment != p.Segment || ptrs[k-1].End() != uint64(p.Offset) || k >= 64) {
+	all, err := e.pointersIn(ino, uint64(from)/extentSize, uint64(to-1)/extentSize+1)
+	if err != nil {
+		return
+	}
+	for _, x := range all {
+		if k := len(ptrs); k > 0 && (ptrs[k-1].Segment != x.p.Segment || ptrs[k-1].End() != uint64(x.p.Offset) || k >= 64) {
 			run()
 		}
-		ids = append(ids, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen})
-		ptrs = append(ptrs, p)
+		ids = append(ids, segment.FrameID{Ino: ino, Extent: x.idx, Gen: x.p.Gen})
+		ptrs = append(ptrs, x.p)
 	}
 	run()
 }
@@ -231,7 +259,14 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0]
 		return nil
 	}
+	committed, err := e.pointersIn(n.ino, first, last+1)
+	if err != nil {
+		return err
+	}
 	for idx := first; idx <= last; idx++ {
+		for len(committed) > 0 && committed[0].idx < idx {
+			committed = committed[1:]
+		}
 		if b := n.dirty[idx]; b != nil {
 			place(idx, b)
 			continue
@@ -240,14 +275,11 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 			place(idx, f.data)
 			continue
 		}
-		ptr, ok, err := e.pointer(n.ino, idx)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		if len(committed) == 0 || committed[0].idx != idx {
 			place(idx, nil)
 			continue
 		}
+		ptr := committed[0].p
 		if k := len(runPtrs); k > 0 {
 			prev := runPtrs[k-1]
 			if prev.Segment != ptr.Segment || prev.End() != uint64(ptr.Offset) || k >= 64 {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
@@ -252,39 +250,22 @@ func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error
 // encodeSegment seals the frames of batch into a new segment builder,
 // spreading the compression and encryption over the cores.
 func (e *Engine) encodeSegment(segID uint64, batch []flushItem) *segment.Builder {
-	frames := make([][]byte, len(batch))
-	datas := make([][]byte, len(batch))
+	ids := make([]segment.FrameID, 0, len(batch))
+	datas := make([][]byte, 0, len(batch))
 	for i := range batch {
-		datas[i] = bytes.TrimRight(batch[i].fe.data, "\x00")
-		batch[i].hole = len(datas[i]) == 0
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(batch) {
-					return
-				}
-				if batch[i].hole {
-					continue
-				}
-				id := segment.FrameID{Ino: batch[i].n.ino, Extent: batch[i].idx, Gen: segID}
-				frames[i] = segment.EncodeFrame(nil, e.opts.Keys, id, datas[i], e.codec)
-			}
-		}()
-	}
-	wg.Wait()
-	b := segment.NewBuilder(e.opts.Keys, segID, e.codec)
-	for i := range batch {
-		if batch[i].hole {
-			continue
+		d := bytes.TrimRight(batch[i].fe.data, "\x00")
+		batch[i].hole = len(d) == 0
+		if !batch[i].hole {
+			ids = append(ids, segment.FrameID{Ino: batch[i].n.ino, Extent: batch[i].idx, Gen: segID})
+			datas = append(datas, d)
 		}
-		id := segment.FrameID{Ino: batch[i].n.ino, Extent: batch[i].idx, Gen: segID}
-		batch[i].ptr = b.AddEncoded(id, frames[i], uint32(len(datas[i])))
+	}
+	b := segment.NewBuilder(e.opts.Keys, segID, e.codec)
+	ptrs := b.AddFrames(ids, datas, runtime.GOMAXPROCS(0))
+	for i := range batch {
+		if !batch[i].hole {
+			batch[i].ptr, ptrs = ptrs[0], ptrs[1:]
+		}
 	}
 	return b
 }

@@ -3,6 +3,7 @@ package objstore
 import (
 	"context"
 	"crypto/md5"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -34,11 +35,14 @@ import (
 // key's hash: an in-process mutex plus flock(2) on root/.locks/<stripe>, so
 // IfMatch is atomic across processes sharing the directory.
 //
-// The ETag is the hex MD5 of the content. It is computed while writing and
-// cached in the "user.ebbfs.md5" extended attribute of the file; where the
-// file system has no user xattrs (or a file was placed by hand), it is
-// recomputed from the content, so IfMatch is always checked against the
-// bytes actually stored.
+// The ETag names one version of an object. Put mints a random 128-bit token
+// for every write and keeps it in the "user.ebbfs.etag" extended attribute
+// of the file, so a Put never reads its data twice (hashing a 32 MiB segment
+// would cost more CPU than encrypting it). A file without that attribute (a
+// file system without user xattrs, or a file placed or copied by hand) has
+// the hex MD5 of its content as its ETag, recomputed when asked. Either way
+// Head, List and IfMatch agree on the ETag of the bytes actually stored, and
+// replacing an object changes its ETag even when the content is the same.
 //
 // Keys are slash-separated relative names without empty, "." or ".."
 // components; a key cannot be both an object and a directory of other
@@ -58,7 +62,7 @@ const (
 	localTmpDir      = ".tmp"
 	localLockDir     = ".locks"
 	localLockStripes = 64
-	localETagXattr   = "user.ebbfs.md5"
+	localETagXattr   = "user.ebbfs.etag"
 	localStaleTemp   = time.Hour
 	localListDefault = 1000
 )
@@ -178,8 +182,7 @@ func (l *Local) Put(ctx context.Context, key string, data []byte, opts PutOption
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("put %s: %w", key, err)
 	}
-	etag := etagOf(data)
-	tmp, err := l.writeTemp(data, etag)
+	tmp, etag, err := l.writeTemp(data)
 	if err != nil {
 		return "", fmt.Errorf("put %s: %w", key, err)
 	}
@@ -236,37 +239,52 @@ func (l *Local) Put(ctx context.Context, key string, data []byte, opts PutOption
 	return etag, nil
 }
 
-// writeTemp writes data to a new fsynced temp file and returns its path.
-func (l *Local) writeTemp(data []byte, etag string) (string, error) {
+// writeTemp writes data to a new fsynced temp file and returns its path
+// and the ETag the file will have: a fresh token in the ETag xattr, or the
+// content's MD5 where the file system takes no user xattrs.
+func (l *Local) writeTemp(data []byte) (name, etag string, err error) {
 	f, err := os.CreateTemp(l.tmpDir, "put-*")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	name := f.Name()
-	fail := func(err error) (string, error) {
+	name = f.Name()
+	fail := func(err error) (string, string, error) {
 		_ = f.Close()
 		_ = os.Remove(name)
-		return "", err
+		return "", "", err
 	}
 	if _, err := f.Write(data); err != nil {
 		return fail(err)
 	}
 	if !l.noXattr.Load() {
+		etag = newETagToken()
 		if err := unix.Fsetxattr(int(f.Fd()), localETagXattr, []byte(etag), 0); err != nil {
 			if !xattrUnsupported(err) {
 				return fail(fmt.Errorf("set etag xattr: %w", err))
 			}
 			l.noXattr.Store(true)
+			etag = ""
 		}
+	}
+	if etag == "" {
+		etag = etagOf(data)
 	}
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
 	if err := f.Close(); err != nil {
 		_ = os.Remove(name)
-		return "", err
+		return "", "", err
 	}
-	return name, nil
+	return name, etag, nil
+}
+
+// newETagToken returns a random version token, spelled like an MD5 (32 hex
+// digits) so that every ETag of the local store has one shape.
+func newETagToken() string {
+	var b [md5.Size]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }
 
 func xattrUnsupported(err error) bool {
@@ -427,7 +445,7 @@ func (l *Local) etagOfPath(p string) (string, error) {
 	return l.etagOfFile(f)
 }
 
-// etagOfFile reads the cached MD5 from the xattr, or hashes the content.
+// etagOfFile reads the version token from the xattr, or hashes the content.
 func (l *Local) etagOfFile(f *os.File) (string, error) {
 	if !l.noXattr.Load() {
 		buf := make([]byte, 64)

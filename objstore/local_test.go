@@ -3,6 +3,8 @@ package objstore_test
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -166,8 +168,10 @@ func TestLocalTwoInstancesIfMatch(t *testing.T) {
 	}
 }
 
-// ETags stay correct when the xattr cache is missing (files placed by hand
-// or a file system without user xattrs): they are recomputed from content.
+// A file without the ETag xattr (placed or copied by hand, or a file
+// system without user xattrs) has its content's MD5 as ETag: Head, List
+// and IfMatch agree on it. Replacing the object, even with the same bytes,
+// changes its ETag, so an IfMatch with the ETag of the old version fails.
 func TestLocalETagWithoutXattr(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -175,6 +179,9 @@ func TestLocalETagWithoutXattr(t *testing.T) {
 	etag, err := l.Put(ctx, "k", []byte("hello"), objstore.PutOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if h, err := l.Head(ctx, "k"); err != nil || h.ETag != etag {
+		t.Fatalf("Head after Put = %+v, %v; want ETag %q", h, err, etag)
 	}
 	// Replace the file by hand: same content, no xattr.
 	p := filepath.Join(root, "k")
@@ -188,11 +195,31 @@ func TestLocalETagWithoutXattr(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.ETag != etag {
-		t.Fatalf("recomputed ETag %q; want %q", h.ETag, etag)
+	sum := md5.Sum([]byte("hello"))
+	if want := hex.EncodeToString(sum[:]); h.ETag != want {
+		t.Fatalf("ETag of a hand-placed file %q; want its MD5 %q", h.ETag, want)
 	}
-	if _, err := l.Put(ctx, "k", []byte("new"), objstore.PutOptions{IfMatch: etag}); err != nil {
+	page, err := l.List(ctx, "", "", 10)
+	if err != nil || len(page.Objects) != 1 || page.Objects[0].ETag != h.ETag {
+		t.Fatalf("List = %+v, %v; want k with ETag %q", page.Objects, err, h.ETag)
+	}
+	if _, err := l.Put(ctx, "k", []byte("new"), objstore.PutOptions{IfMatch: etag}); !objstore.IsPreconditionFailed(err) {
+		t.Fatalf("IfMatch with the replaced version's ETag: %v; want precondition failed", err)
+	}
+	e2, err := l.Put(ctx, "k", []byte("new"), objstore.PutOptions{IfMatch: h.ETag})
+	if err != nil {
 		t.Fatalf("IfMatch against a hand-placed file: %v", err)
+	}
+	if e2 == h.ETag {
+		t.Fatalf("Put kept the ETag %q", e2)
+	}
+	// Rewriting identical bytes through Put is a new version too.
+	e3, err := l.Put(ctx, "k", []byte("new"), objstore.PutOptions{IfMatch: e2})
+	if err != nil || e3 == e2 {
+		t.Fatalf("rewrite of identical bytes = %q, %v; want a new ETag (old %q)", e3, err, e2)
+	}
+	if _, err := l.Put(ctx, "k", []byte("new"), objstore.PutOptions{IfMatch: e2}); !objstore.IsPreconditionFailed(err) {
+		t.Fatalf("IfMatch with a superseded ETag: %v; want precondition failed", err)
 	}
 }
 

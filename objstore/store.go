@@ -45,10 +45,11 @@ type PutOptions struct {
 type ObjectInfo struct {
 	Key  string
 	Size int64
-	// ETag identifies the object's content, unquoted. It is the hex MD5 of
-	// the content for Mem, Local and single-part S3 objects, and S3's
-	// "md5-of-part-md5s-N" for multipart ones: compare it, use it for
-	// IfMatch, but do not treat it as a content hash.
+	// ETag identifies the stored version of the object, unquoted: the hex
+	// MD5 of the content for Mem and single-part S3 objects, S3's
+	// "md5-of-part-md5s-N" for multipart ones, and a per-write token for
+	// Local (see Local). Compare it, use it for IfMatch, but do not treat
+	// it as a content hash.
 	ETag    string
 	ModTime time.Time
 }

@@ -2,6 +2,8 @@ package segment
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"ebbfs.dev/ebbfs/internal/keys"
 )
@@ -49,6 +51,54 @@ func (b *Builder) Add(id FrameID, plain []byte) Pointer {
 	off := len(b.buf)
 	b.buf = EncodeFrame(b.buf, b.k, id, plain, b.codec)
 	return b.record(id, off, len(b.buf)-off, uint32(len(plain)))
+}
+
+// AddFrames encodes plains[i] as the frame for ids[i], appends the frames
+// in order and returns their pointers. Up to workers goroutines compress
+// and seal at once. Each frame is sealed in place, in a slot of the
+// largest size it can have (FrameOverhead + its plain length), and the
+// slots are then closed up; so frames of incompressible data are never
+// copied after sealing, and the buffer is sized once, with room for the
+// directory and footer that Finish adds. Same panics as Add.
+func (b *Builder) AddFrames(ids []FrameID, plains [][]byte, workers int) []Pointer {
+	if len(ids) != len(plains) {
+		panic(fmt.Sprintf("segment: AddFrames of %d ids and %d plains", len(ids), len(plains)))
+	}
+	base := len(b.buf)
+	slots := make([]int, len(plains)+1) // slot i is [base+slots[i], base+slots[i+1])
+	for i, p := range plains {
+		if len(p) > MaxPlainLen {
+			panic(fmt.Sprintf("segment: Add of %d bytes, more than one extent", len(p)))
+		}
+		slots[i+1] = slots[i] + FrameOverhead + len(p)
+	}
+	b.check(slots[len(plains)])
+	tail := (len(b.entries)+len(plains))*DirEntrySize + keys.Overhead + FooterSize
+	b.buf = grow(b.buf, slots[len(plains)]+tail)
+	buf := b.buf[:base+slots[len(plains)]]
+
+	frames := make([][]byte, len(plains))
+	encode := func(i int) {
+		lo, hi := base+slots[i], base+slots[i+1]
+		frames[i] = EncodeFrame(buf[lo:lo:hi], b.k, ids[i], plains[i], b.codec)
+	}
+	forEach(len(plains), workers, encode)
+
+	ptrs := make([]Pointer, len(plains))
+	off := base
+	for i, f := range frames {
+		if len(f) > slots[i+1]-slots[i] {
+			panic(fmt.Sprintf("segment: frame of %d bytes outgrew its %d-byte slot", len(f), slots[i+1]-slots[i]))
+		}
+		// A frame never outgrows its slot, so it moves left or stays.
+		if &buf[off] != &f[0] {
+			copy(buf[off:], f)
+		}
+		ptrs[i] = b.record(ids[i], off, len(f), uint32(len(plains[i])))
+		off += len(f)
+	}
+	b.buf = buf[:off]
+	return ptrs
 }
 
 // AddEncoded appends an already encoded frame verbatim (repack). The frame
@@ -128,4 +178,28 @@ func (b *Builder) Finish() []byte {
 	b.sealed = out
 	b.buf = out[:n:n]
 	return out
+}
+
+// forEach calls f(0) ... f(n-1) on up to workers goroutines and returns
+// when all calls have.
+func forEach(n, workers int, f func(i int)) {
+	workers = max(1, min(workers, n))
+	if workers == 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
 }

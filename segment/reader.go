@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -239,7 +240,7 @@ func (r *Reader) checkPointer(p Pointer) error {
 }
 
 // cached looks in the memory cache, pending segments and the disk cache.
-// It returns the plaintext (owned by the caller) or ok=false.
+// It returns the plaintext (shared: read-only) or ok=false.
 func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 	r.mu.Lock()
 	if r.mu.closed {
@@ -248,10 +249,9 @@ func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 	}
 	if r.mu.mem != nil {
 		if b, ok := r.mu.mem.get(p.Segment, p.Offset, id); ok {
-			out := append([]byte(nil), b...)
 			r.mu.Unlock()
 			r.memHits.Add(1)
-			return out, true, nil
+			return b, true, nil
 		}
 	}
 	pend, isPending := r.mu.pending[p.Segment]
@@ -285,7 +285,7 @@ func (r *Reader) memPut(id FrameID, p Pointer, plain []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mu.mem != nil {
-		r.mu.mem.put(p.Segment, p.Offset, id, append([]byte(nil), plain...))
+		r.mu.mem.put(p.Segment, p.Offset, id, plain)
 	}
 }
 
@@ -318,7 +318,8 @@ func (r *Reader) accept(id FrameID, p Pointer, frame []byte) ([]byte, error) {
 }
 
 // Read returns the plaintext of the frame p points at, sealed for id.
-// len(result) == p.PlainLen; the caller owns the slice. Corruption is an
+// len(result) == p.PlainLen. The slice may be shared with the memory cache
+// and other readers: it must not be modified. Corruption is an
 // error wrapping ErrCorrupt that names the object; a missing object wraps
 // objstore.ErrNotFound.
 func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error) {
@@ -419,7 +420,8 @@ func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([][]byt
 // ReadRun reads several frames of one segment, given in offset order.
 // Frames found in a cache are served from it; the rest are fetched with one
 // coalesced ranged GET (gaps up to MaxRunGap are read through; a larger gap
-// starts another GET). Results are in the order of ps.
+// starts another GET) and authenticated on every core. Results are in the
+// order of ps and, as with Read, must not be modified.
 func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, error) {
 	if len(ids) != len(ps) {
 		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
@@ -445,12 +447,12 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 		if err != nil {
 			return nil, err
 		}
-		for j, i := range g {
-			b, err := r.accept(ids[i], ps[i], frames[j])
-			if err != nil {
-				return nil, err
-			}
-			out[i] = b
+		errs := make([]error, len(g))
+		forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
+			out[g[j]], errs[j] = r.accept(ids[g[j]], ps[g[j]], frames[j])
+		})
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -138,6 +139,13 @@ func New(b Backend, o Options) *Server {
 	s.HandleFunc("GET /v1/status", s.handleStatus)
 	s.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}))
 	s.HandleFunc("GET /{$}", s.handlePage)
+	// Go's profiler, for diagnosing a slow or stuck writer
+	// (go tool pprof http://127.0.0.1:PORT/debug/pprof/profile).
+	s.HandleFunc("GET /debug/pprof/", pprof.Index)
+	s.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	s.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	s.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	s.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return s
 }
 

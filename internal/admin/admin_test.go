@@ -108,6 +108,12 @@ func TestHTTPRules(t *testing.T) {
 	if code, _ := get(t, base+"/v1/flush", nil, "GET"); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /v1/flush: %d, want 405", code)
 	}
+	if code, body := get(t, base+"/debug/pprof/goroutine?debug=1", nil, "GET"); code != 200 || !strings.Contains(body, "goroutine profile") {
+		t.Errorf("goroutine profile: %d %q", code, body[:min(len(body), 200)])
+	}
+	if code, _ := get(t, base+"/debug/pprof/heap", map[string]string{"Host": "evil.example:80"}, "GET"); code != http.StatusForbidden {
+		t.Errorf("profile with foreign Host: %d, want 403", code)
+	}
 	if code, _ := get(t, base+"/nope", nil, "GET"); code != http.StatusNotFound {
 		t.Errorf("unknown route: %d, want 404", code)
 	}
