@@ -60,6 +60,9 @@ type Engine struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	waitMu    sync.Mutex
+
+	// commitFault, set only by tests, fails a commit when it returns an error.
+	commitFault func() error
 }
 
 // inode is a loaded inode: open, dirty, or in use by an operation.
@@ -291,7 +294,14 @@ func (e *Engine) scan(lower, upper []byte, f func(k, v []byte) error) error {
 	return it.Error()
 }
 
-func (e *Engine) commit(b *lsm.Batch) error { return e.mapErr(e.db.Commit(b)) }
+func (e *Engine) commit(b *lsm.Batch) error {
+	if f := e.commitFault; f != nil {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return e.mapErr(e.db.Commit(b))
+}
 
 // Close runs a final barrier (writer) and releases everything.
 func (e *Engine) Close(ctx context.Context) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/lsm/schema"
@@ -173,8 +174,8 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 // it here too would read it twice.
 const (
 	readAheadSkip   = 1 << 20
-	readAheadWindow = 8 << 20
-	readAheadMin    = 2 << 20
+	readAheadWindow = 16 << 20
+	readAheadMin    = 4 << 20
 )
 
 func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
@@ -201,29 +202,34 @@ func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
 }
 
 // prefetch reads the committed extents covering [from, to) into the cache.
+// Its runs (frames adjacent in one segment, one GET each) are fetched
+// concurrently, so that one run's GET overlaps another's decryption.
 func (e *Engine) prefetch(ctx context.Context, ino uint64, from, to int64) {
-	var ids []segment.FrameID
-	var ptrs []segment.Pointer
-	run := func() {
-		if len(ptrs) > 0 && ctx.Err() == nil {
-			if _, err := e.rd.ReadRun(ctx, ids, ptrs); err != nil {
-				e.log.Debug("read-ahead", "ino", ino, "err", err)
-			}
-		}
-		ids, ptrs = ids[:0], ptrs[:0]
-	}
 	all, err := e.pointersIn(ino, uint64(from)/extentSize, uint64(to-1)/extentSize+1)
 	if err != nil {
 		return
 	}
-	for _, x := range all {
-		if k := len(ptrs); k > 0 && (ptrs[k-1].Segment != x.p.Segment || ptrs[k-1].End() != uint64(x.p.Offset) || k >= 64) {
-			run()
+	var wg sync.WaitGroup
+	for len(all) > 0 && ctx.Err() == nil {
+		k := 1
+		for k < len(all) && k < 64 && all[k].p.Segment == all[k-1].p.Segment && all[k-1].p.End() == uint64(all[k].p.Offset) {
+			k++
 		}
-		ids = append(ids, segment.FrameID{Ino: ino, Extent: x.idx, Gen: x.p.Gen})
-		ptrs = append(ptrs, x.p)
+		ids := make([]segment.FrameID, k)
+		ptrs := make([]segment.Pointer, k)
+		for i, x := range all[:k] {
+			ids[i], ptrs[i] = segment.FrameID{Ino: ino, Extent: x.idx, Gen: x.p.Gen}, x.p
+		}
+		all = all[k:]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.rd.ReadRun(ctx, ids, ptrs); err != nil {
+				e.log.Debug("read-ahead", "ino", ino, "err", err)
+			}
+		}()
 	}
-	run()
+	wg.Wait()
 }
 
 // readRangeLocked fills p from off, fetching runs of committed extents that
@@ -293,6 +299,22 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		runPtrs = append(runPtrs, ptr)
 	}
 	return flush()
+}
+
+// Extent buffers of dirty data are recycled: a sequential writer would
+// otherwise allocate (and the runtime zero) every byte it writes once more.
+// A buffer goes back to the pool only once the commit that made its data
+// durable has removed it from the inode, so no reader can still see it.
+var extentBufs = sync.Pool{New: func() any { return new([extentSize]byte) }}
+
+// getExtentBuf returns an extent buffer with undefined contents.
+func getExtentBuf() []byte { return extentBufs.Get().(*[extentSize]byte)[:] }
+
+// putExtentBuf recycles a buffer from getExtentBuf that nothing references.
+func putExtentBuf(b []byte) {
+	if len(b) == extentSize {
+		extentBufs.Put((*[extentSize]byte)(b))
+	}
 }
 
 // waitDirty blocks while dirty data is over the limit, nudging the flusher.
@@ -367,13 +389,17 @@ func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (in
 		lo, hi := pos-start, min(end-start, extentSize)
 		buf := n.dirty[idx]
 		if buf == nil {
-			buf = make([]byte, extentSize)
-			if (lo > 0 || hi < extentSize) && start < int64(n.attr.Size) {
-				base, err := e.extentLocked(ctx, n, idx)
-				if err != nil {
-					return int(pos - off), err
+			buf = getExtentBuf()
+			if lo > 0 || hi < extentSize { // the rest of the extent keeps its bytes
+				var base []byte
+				if start < int64(n.attr.Size) {
+					var err error
+					if base, err = e.extentLocked(ctx, n, idx); err != nil {
+						putExtentBuf(buf)
+						return int(pos - off), err
+					}
 				}
-				copy(buf, base)
+				clear(buf[copy(buf, base):])
 			}
 			n.dirty[idx] = buf
 			e.dirtyBytes.Add(extentSize)
@@ -562,8 +588,8 @@ func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toE
 			if base == nil {
 				continue
 			}
-			buf = make([]byte, extentSize)
-			copy(buf, base)
+			buf = getExtentBuf()
+			clear(buf[copy(buf, base):])
 			n.dirty[idx] = buf
 			e.dirtyBytes.Add(extentSize)
 		}

@@ -313,23 +313,25 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 			first = false
 		}
 		var live int64
+		var taken []flushItem
 		e.ptrMu.Lock()
 		n.mu.Lock()
+		blocks := n.attr.Blocks
 		var err error
 		for _, it := range batch[i:j] {
 			if n.deleted || n.flushing[it.idx] != it.fe {
 				continue
 			}
-			delete(n.flushing, it.idx)
 			var old segment.Pointer
 			var had bool
 			old, had, err = e.pointer(n.ino, it.idx)
 			if err != nil {
 				break
 			}
+			taken = append(taken, it)
 			if had {
 				b.Merge(schema.CounterKey(old.Segment), countDelta(-int64(old.Length), 0, 0))
-				n.attr.Blocks -= min(n.attr.Blocks, blocksOf(old))
+				blocks -= min(blocks, blocksOf(old))
 				dead = true
 			}
 			key := schema.ExtentKey(n.ino, it.idx)
@@ -341,21 +343,38 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 			}
 			b.Set(key, it.ptr.Marshal())
 			live += int64(it.ptr.Length)
-			n.attr.Blocks += blocksOf(it.ptr)
-		}
-		if err == nil && !n.deleted {
-			if p := min(batch[i].snap, n.attr.Size); p > n.psize {
-				n.psize = p
-			}
-			n.attrDirty = false
-			n.settle()
-			e.putInode(b, n)
-		}
-		if live > 0 {
-			b.Merge(schema.CounterKey(segID), countDelta(live, 0, 0))
+			blocks += blocksOf(it.ptr)
 		}
 		if err == nil {
-			err = e.commit(b)
+			// Apply the commit to the inode, and take it back if the
+			// commit fails: the data then stays in flight for requeue.
+			saved, savedPsize, savedDirty := n.attr, n.psize, n.attrDirty
+			for _, it := range taken {
+				delete(n.flushing, it.idx)
+			}
+			if !n.deleted {
+				n.attr.Blocks = blocks
+				if p := min(batch[i].snap, n.attr.Size); p > n.psize {
+					n.psize = p
+				}
+				n.attrDirty = false
+				n.settle()
+				e.putInode(b, n)
+			}
+			if live > 0 {
+				b.Merge(schema.CounterKey(segID), countDelta(live, 0, 0))
+			}
+			if err = e.commit(b); err != nil {
+				n.attr, n.psize, n.attrDirty = saved, savedPsize, savedDirty
+				for _, it := range taken {
+					n.flushing[it.idx] = it.fe
+				}
+			} else {
+				for _, it := range taken {
+					putExtentBuf(it.fe.data)
+					it.fe.data = nil
+				}
+			}
 		}
 		n.mu.Unlock()
 		e.ptrMu.Unlock()

@@ -174,6 +174,20 @@ func (c *Counting) GetRange(ctx context.Context, key string, off, length int64) 
 	return b, err
 }
 
+var _ RangeReader = (*Counting)(nil)
+
+// ReadRange implements RangeReader (with the wrapped store's ReadRange if it
+// has one); it counts as a GetRange.
+func (c *Counting) ReadRange(ctx context.Context, key string, off int64, dst []byte) error {
+	err := ReadRange(ctx, c.s, key, off, dst)
+	d := Counts{GetRange: 1}
+	if err == nil {
+		d.BytesDown = int64(len(dst))
+	}
+	c.addFor(dirs(key), d)
+	return err
+}
+
 // Head implements Store.
 func (c *Counting) Head(ctx context.Context, key string) (ObjectInfo, error) {
 	c.addFor(dirs(key), Counts{Head: 1})

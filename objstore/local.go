@@ -392,6 +392,33 @@ func (l *Local) Get(ctx context.Context, key string) ([]byte, error) {
 
 // GetRange implements Store.
 func (l *Local) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
+	f, err := l.openRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, length)
+	if err := readAt(f, key, buf, off); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+var _ RangeReader = (*Local)(nil)
+
+// ReadRange implements RangeReader.
+func (l *Local) ReadRange(ctx context.Context, key string, off int64, dst []byte) error {
+	f, err := l.openRange(ctx, key, off, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return readAt(f, key, dst, off)
+}
+
+// openRange opens key's file after checking that [off, off+length) lies
+// inside the object.
+func (l *Local) openRange(ctx context.Context, key string, off, length int64) (*os.File, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
@@ -399,15 +426,18 @@ func (l *Local) GetRange(ctx context.Context, key string, off, length int64) ([]
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	if off < 0 || length < 0 || off > fi.Size() || length > fi.Size()-off {
+		f.Close()
 		return nil, fmt.Errorf("get %s: range [%d,+%d) outside object of %d bytes", key, off, length, fi.Size())
 	}
-	buf := make([]byte, length)
-	if _, err := f.ReadAt(buf, off); err != nil && !(errors.Is(err, io.EOF) && length == 0) {
-		return nil, fmt.Errorf("get %s: %w", key, err)
+	return f, nil
+}
+
+func readAt(f *os.File, key string, dst []byte, off int64) error {
+	if _, err := f.ReadAt(dst, off); err != nil && !(errors.Is(err, io.EOF) && len(dst) == 0) {
+		return fmt.Errorf("get %s: %w", key, err)
 	}
-	return buf, nil
+	return nil
 }
 
 // Head implements Store.

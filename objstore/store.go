@@ -7,6 +7,7 @@ package objstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -82,6 +83,32 @@ type Store interface {
 	// List returns up to limit objects whose keys start with prefix and sort
 	// after startAfter. limit <= 0 means the backend's default (1000).
 	List(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error)
+}
+
+// RangeReader is implemented by stores that read a range into a buffer the
+// caller owns, so that a reader can recycle its buffers (the local store
+// reads with pread(2) straight into it).
+type RangeReader interface {
+	// ReadRange fills dst with the len(dst) bytes at off. A range that
+	// runs past the end of the object is an error.
+	ReadRange(ctx context.Context, key string, off int64, dst []byte) error
+}
+
+// ReadRange fills dst with the len(dst) bytes of key at off: with s's own
+// ReadRange if it has one, otherwise with GetRange and a copy.
+func ReadRange(ctx context.Context, s Store, key string, off int64, dst []byte) error {
+	if r, ok := s.(RangeReader); ok {
+		return r.ReadRange(ctx, key, off, dst)
+	}
+	b, err := s.GetRange(ctx, key, off, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	if len(b) != len(dst) {
+		return fmt.Errorf("get %s: range [%d,+%d) returned %d bytes", key, off, len(dst), len(b))
+	}
+	copy(dst, b)
+	return nil
 }
 
 // ListAll pages through every object under prefix.

@@ -401,20 +401,52 @@ func (r *Reader) checkRun(ps []Pointer) error {
 	return nil
 }
 
-// fetchGroup GETs the span of one group and returns each frame's bytes.
-func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([][]byte, error) {
+// fetchGroup GETs the span of one group into a pooled buffer and returns
+// each frame's bytes; the caller hands the buffer back with putRunBuf once
+// it is done with the frames.
+func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([][]byte, *[]byte, error) {
 	start, end := uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
-	buf, err := r.getRange(ctx, Key(ps[g[0]].Segment), int64(start), int64(end-start))
-	if err != nil {
-		return nil, err
+	key, n := Key(ps[g[0]].Segment), int64(end-start)
+	bp := getRunBuf(int(n))
+	r.gets.Add(1)
+	if err := objstore.ReadRange(ctx, r.store, key, int64(start), *bp); err != nil {
+		putRunBuf(bp)
+		return nil, nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
 	}
+	r.fetched.Add(uint64(n))
+	buf := *bp
 	out := make([][]byte, len(g))
 	for j, i := range g {
 		p := ps[i]
 		a := uint64(p.Offset) - start
 		out[j] = buf[a : a+uint64(p.Length) : a+uint64(p.Length)]
 	}
-	return out, nil
+	return out, bp, nil
+}
+
+// Buffers of coalesced GETs are recycled: a streaming read would otherwise
+// allocate (and the runtime zero) every byte it fetches once more. Only
+// buffers of up to maxRunBuf are kept.
+const maxRunBuf = 8 << 20
+
+var runBufs sync.Pool
+
+func getRunBuf(n int) *[]byte {
+	if bp, ok := runBufs.Get().(*[]byte); ok {
+		if cap(*bp) >= n {
+			*bp = (*bp)[:n]
+			return bp
+		}
+		runBufs.Put(bp)
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func putRunBuf(bp *[]byte) {
+	if bp != nil && cap(*bp) <= maxRunBuf {
+		runBufs.Put(bp)
+	}
 }
 
 // ReadRun reads several frames of one segment, given in offset order.
@@ -443,7 +475,7 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 		}
 	}
 	for _, g := range runGroups(ps, want) {
-		frames, err := r.fetchGroup(ctx, ps, g)
+		frames, bp, err := r.fetchGroup(ctx, ps, g)
 		if err != nil {
 			return nil, err
 		}
@@ -451,6 +483,7 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 		forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
 			out[g[j]], errs[j] = r.accept(ids[g[j]], ps[g[j]], frames[j])
 		})
+		putRunBuf(bp) // accept copied out what it keeps
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
@@ -479,7 +512,7 @@ func (r *Reader) ReadEncoded(ctx context.Context, ps []Pointer) ([][]byte, error
 		all[i] = i
 	}
 	for _, g := range runGroups(ps, all) {
-		frames, err := r.fetchGroup(ctx, ps, g)
+		frames, _, err := r.fetchGroup(ctx, ps, g) // handed out: not recycled
 		if err != nil {
 			return nil, err
 		}

@@ -153,6 +153,20 @@ func testGetRange(t *testing.T, s objstore.Store) {
 		if !bytes.Equal(got, data[r[0]:r[0]+r[1]]) {
 			t.Fatalf("GetRange(%d, %d) returned wrong bytes (%d long)", r[0], r[1], len(got))
 		}
+		// ReadRange (the store's own, or GetRange and a copy) into a
+		// buffer that held other bytes.
+		dst := bytes.Repeat([]byte{0xa5}, int(r[1]))
+		if err := objstore.ReadRange(ctx, s, "segments/00/r", r[0], dst); err != nil || !bytes.Equal(dst, data[r[0]:r[0]+r[1]]) {
+			t.Fatalf("ReadRange(%d, %d): %v or wrong bytes", r[0], r[1], err)
+		}
+	}
+	for _, r := range [][2]int64{{995, 10}, {1001, 0}, {1000, 1}, {-1, 5}, {0, 1001}} {
+		if err := objstore.ReadRange(ctx, s, "segments/00/r", r[0], make([]byte, r[1])); err == nil || objstore.IsNotFound(err) {
+			t.Fatalf("ReadRange(%d, %d) past the end: %v; want an error other than not-found", r[0], r[1], err)
+		}
+	}
+	if err := objstore.ReadRange(ctx, s, "segments/00/none", 0, make([]byte, 1)); !objstore.IsNotFound(err) {
+		t.Fatalf("ReadRange of a missing object: %v; want not-found", err)
 	}
 	for _, r := range [][2]int64{{995, 10}, {1001, 0}, {1000, 1}, {-1, 5}, {0, 1001}, {0, -1}, {1, math.MaxInt64}, {math.MaxInt64, 1}} {
 		if got, err := s.GetRange(ctx, "segments/00/r", r[0], r[1]); err == nil {
