@@ -179,15 +179,49 @@ func DecodeFrame(k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, 
 	return decodeFrameTo(nil, k, id, frame, plainLen)
 }
 
-func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
+// checkFrameLen validates a frame's length against its plain length.
+func checkFrameLen(frame []byte, plainLen int) error {
 	if plainLen < 0 || plainLen > MaxPlainLen {
-		return nil, fmt.Errorf("frame: plain length %d outside [0,%d]: %w", plainLen, MaxPlainLen, ErrCorrupt)
+		return fmt.Errorf("frame: plain length %d outside [0,%d]: %w", plainLen, MaxPlainLen, ErrCorrupt)
 	}
 	if len(frame) < FrameOverhead {
-		return nil, fmt.Errorf("frame: %d bytes, shorter than the %d-byte overhead: %w", len(frame), FrameOverhead, ErrCorrupt)
+		return fmt.Errorf("frame: %d bytes, shorter than the %d-byte overhead: %w", len(frame), FrameOverhead, ErrCorrupt)
 	}
 	if len(frame) > plainLen+FrameOverhead {
-		return nil, fmt.Errorf("frame: %d bytes, too long for %d plain bytes: %w", len(frame), plainLen, ErrCorrupt)
+		return fmt.Errorf("frame: %d bytes, too long for %d plain bytes: %w", len(frame), plainLen, ErrCorrupt)
+	}
+	return nil
+}
+
+// openFrameInPlace is DecodeFrame that decrypts frame over itself: a raw
+// frame's plaintext is returned as a slice of frame (inPlace), with no
+// allocation or copy; a compressed one is decompressed into a new slice.
+// frame is destroyed either way (zeroed if it does not authenticate).
+func openFrameInPlace(k *keys.Keys, id FrameID, frame []byte, plainLen int) (plain []byte, inPlace bool, err error) {
+	if err := checkFrameLen(frame, plainLen); err != nil {
+		return nil, false, err
+	}
+	var ab [frameAADLen]byte
+	inner, err := k.Data.OpenTo(frame[keys.NonceSize:keys.NonceSize], frameAAD(&ab, k.UUID, id), frame)
+	if err != nil {
+		return nil, false, fmt.Errorf("frame (ino %d, extent %d, gen %d): %w: %w", id.Ino, id.Extent, id.Gen, err, ErrCorrupt)
+	}
+	if len(inner) < 1 {
+		return nil, false, fmt.Errorf("frame: empty payload: %w", ErrCorrupt)
+	}
+	if Codec(inner[0]) == CodecNone {
+		if len(inner)-1 != plainLen {
+			return nil, false, fmt.Errorf("frame: raw payload of %d bytes, want %d: %w", len(inner)-1, plainLen, ErrCorrupt)
+		}
+		return inner[1:len(inner):len(inner)], true, nil
+	}
+	plain, err = decodePayload(nil, Codec(inner[0]), inner[1:], plainLen)
+	return plain, false, err
+}
+
+func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
+	if err := checkFrameLen(frame, plainLen); err != nil {
+		return nil, err
 	}
 	// Decrypt into a pooled scratch buffer and only then into dst (or a
 	// new slice of exactly plainLen bytes): codec byte and payload do not
@@ -206,7 +240,11 @@ func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen 
 	if len(inner) < 1 {
 		return nil, fmt.Errorf("frame: empty payload: %w", ErrCorrupt)
 	}
-	codec, payload := Codec(inner[0]), inner[1:]
+	return decodePayload(dst, Codec(inner[0]), inner[1:], plainLen)
+}
+
+// decodePayload appends the plaintext of a frame's decrypted payload to dst.
+func decodePayload(dst []byte, codec Codec, payload []byte, plainLen int) ([]byte, error) {
 	switch codec {
 	case CodecNone:
 		if len(payload) != plainLen {

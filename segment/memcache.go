@@ -6,80 +6,109 @@ import "container/list"
 // counted against the byte budget.
 const memEntryOverhead = 128
 
+// memEntry is one cached plaintext frame.
 type memEntry struct {
 	seg  uint64
 	off  uint32
 	id   FrameID
 	data []byte
+	run  *memRun
 }
 
-func (e *memEntry) cost() int64 { return int64(len(e.data)) + memEntryOverhead }
+// memRun is a unit of caching and eviction: the frames decrypted from one
+// coalesced GET share its buffer (decrypted in place, never copied), so
+// they are kept and dropped together and the run is charged for the whole
+// buffer. A frame cached on its own is a run of one.
+type memRun struct {
+	entries []*memEntry
+	cost    int64
+	el      *list.Element
+}
 
-// memCache is a byte-bounded LRU of plaintext frames keyed by (segment,
-// offset). Segments are immutable and ids never reused, so a key names one
-// plaintext forever; the FrameID is kept to refuse a hit for a different
-// id. Not safe for concurrent use: the Reader locks around it.
+// memCache is a byte-bounded LRU of runs of plaintext frames, looked up by
+// (segment, offset). Segments are immutable and ids never reused, so a key
+// names one plaintext forever; the FrameID is kept to refuse a hit for a
+// different id. A hit refreshes the frame's whole run. Not safe for
+// concurrent use: the Reader locks around it.
 type memCache struct {
 	max  int64
 	used int64
-	lru  *list.List // front = most recent; values *memEntry
-	m    map[uint64]map[uint32]*list.Element
+	n    int        // frames cached
+	lru  *list.List // front = most recent; values *memRun
+	m    map[uint64]map[uint32]*memEntry
 }
 
 func newMemCache(max int64) *memCache {
-	return &memCache{max: max, lru: list.New(), m: map[uint64]map[uint32]*list.Element{}}
+	return &memCache{max: max, lru: list.New(), m: map[uint64]map[uint32]*memEntry{}}
 }
 
 func (c *memCache) get(seg uint64, off uint32, id FrameID) ([]byte, bool) {
-	el, ok := c.m[seg][off]
-	if !ok {
+	e, ok := c.m[seg][off]
+	if !ok || e.id != id {
 		return nil, false
 	}
-	e := el.Value.(*memEntry)
-	if e.id != id {
-		return nil, false
-	}
-	c.lru.MoveToFront(el)
+	c.lru.MoveToFront(e.run.el)
 	return e.data, true
 }
 
-// put caches data (which the cache now owns).
+// put caches one frame (the cache now shares data).
 func (c *memCache) put(seg uint64, off uint32, id FrameID, data []byte) {
-	e := &memEntry{seg: seg, off: off, id: id, data: data}
-	if e.cost() > c.max {
+	c.putRun(seg, []uint32{off}, []FrameID{id}, [][]byte{data}, int64(len(data)))
+}
+
+// putRun caches the frames of one run of segment seg; bytes is the memory
+// they hold (the shared buffer plus any frame data outside it). A frame
+// already cached keeps its entry.
+func (c *memCache) putRun(seg uint64, offs []uint32, ids []FrameID, datas [][]byte, bytes int64) {
+	r := &memRun{cost: bytes + int64(len(offs))*memEntryOverhead}
+	if r.cost > c.max {
 		return
 	}
-	if old, ok := c.m[seg][off]; ok {
-		c.remove(old)
-	}
-	for c.used+e.cost() > c.max {
-		c.remove(c.lru.Back())
+	for c.used+r.cost > c.max && c.lru.Len() > 0 {
+		c.remove(c.lru.Back().Value.(*memRun))
 	}
 	sm := c.m[seg]
 	if sm == nil {
-		sm = map[uint32]*list.Element{}
+		sm = map[uint32]*memEntry{}
 		c.m[seg] = sm
 	}
-	sm[off] = c.lru.PushFront(e)
-	c.used += e.cost()
+	for i, off := range offs {
+		if _, ok := sm[off]; ok {
+			continue
+		}
+		e := &memEntry{seg: seg, off: off, id: ids[i], data: datas[i], run: r}
+		sm[off] = e
+		r.entries = append(r.entries, e)
+	}
+	if len(r.entries) == 0 {
+		return
+	}
+	r.el = c.lru.PushFront(r)
+	c.used += r.cost
+	c.n += len(r.entries)
 }
 
-func (c *memCache) remove(el *list.Element) {
-	e := el.Value.(*memEntry)
-	c.lru.Remove(el)
-	c.used -= e.cost()
-	if sm := c.m[e.seg]; sm != nil {
-		delete(sm, e.off)
-		if len(sm) == 0 {
-			delete(c.m, e.seg)
+func (c *memCache) remove(r *memRun) {
+	c.lru.Remove(r.el)
+	c.used -= r.cost
+	c.n -= len(r.entries)
+	for _, e := range r.entries {
+		if sm := c.m[e.seg]; sm != nil && sm[e.off] == e {
+			delete(sm, e.off)
+			if len(sm) == 0 {
+				delete(c.m, e.seg)
+			}
 		}
 	}
 }
 
+// forget drops every run holding a frame of seg.
 func (c *memCache) forget(seg uint64) {
-	for _, el := range c.m[seg] {
-		c.remove(el)
+	for _, e := range c.m[seg] {
+		if e.run.el != nil && c.m[seg][e.off] == e {
+			c.remove(e.run)
+		}
 	}
 }
 
-func (c *memCache) len() int { return c.lru.Len() }
+func (c *memCache) len() int { return c.n }

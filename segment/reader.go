@@ -401,52 +401,69 @@ func (r *Reader) checkRun(ps []Pointer) error {
 	return nil
 }
 
-// fetchGroup GETs the span of one group into a pooled buffer and returns
-// each frame's bytes; the caller hands the buffer back with putRunBuf once
-// it is done with the frames.
-func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([][]byte, *[]byte, error) {
+// fetchGroup GETs the span of one group and returns the buffer and each
+// frame's bytes within it.
+func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([]byte, [][]byte, error) {
 	start, end := uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
 	key, n := Key(ps[g[0]].Segment), int64(end-start)
-	bp := getRunBuf(int(n))
+	buf := make([]byte, n)
 	r.gets.Add(1)
-	if err := objstore.ReadRange(ctx, r.store, key, int64(start), *bp); err != nil {
-		putRunBuf(bp)
+	if err := objstore.ReadRange(ctx, r.store, key, int64(start), buf); err != nil {
 		return nil, nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
 	}
 	r.fetched.Add(uint64(n))
-	buf := *bp
 	out := make([][]byte, len(g))
 	for j, i := range g {
 		p := ps[i]
 		a := uint64(p.Offset) - start
 		out[j] = buf[a : a+uint64(p.Length) : a+uint64(p.Length)]
 	}
-	return out, bp, nil
+	return buf, out, nil
 }
 
-// Buffers of coalesced GETs are recycled: a streaming read would otherwise
-// allocate (and the runtime zero) every byte it fetches once more. Only
-// buffers of up to maxRunBuf are kept.
-const maxRunBuf = 8 << 20
-
-var runBufs sync.Pool
-
-func getRunBuf(n int) *[]byte {
-	if bp, ok := runBufs.Get().(*[]byte); ok {
-		if cap(*bp) >= n {
-			*bp = (*bp)[:n]
-			return bp
+// acceptRun authenticates the frames of one coalesced GET on every core,
+// decrypting them in place, and caches them as one run that shares the
+// buffer. It returns the plaintexts in the order of g.
+func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, buf []byte, frames [][]byte) ([][]byte, error) {
+	if r.disk != nil { // the disk cache keeps sealed frames: copy them first
+		for j, i := range g {
+			r.disk.put(ps[i], frames[j])
 		}
-		runBufs.Put(bp)
 	}
-	b := make([]byte, n)
-	return &b
-}
-
-func putRunBuf(bp *[]byte) {
-	if bp != nil && cap(*bp) <= maxRunBuf {
-		runBufs.Put(bp)
+	plains := make([][]byte, len(g))
+	outside := make([]bool, len(g)) // decompressed into its own slice
+	errs := make([]error, len(g))
+	forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
+		i := g[j]
+		out, inPlace, err := openFrameInPlace(r.k, ids[i], frames[j], int(ps[i].PlainLen))
+		if err != nil {
+			if r.disk != nil {
+				r.disk.drop(ps[i], err.Error())
+			}
+			errs[j] = r.reportCorrupt(ps[i], "", err)
+			return
+		}
+		plains[j], outside[j] = out, !inPlace
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
+	r.misses.Add(uint64(len(g)))
+	bytes := int64(len(buf))
+	offs := make([]uint32, len(g))
+	runIDs := make([]FrameID, len(g))
+	for j, i := range g {
+		offs[j], runIDs[j] = ps[i].Offset, ids[i]
+		if outside[j] {
+			bytes += int64(cap(plains[j]))
+		}
+	}
+	r.mu.Lock()
+	if r.mu.mem != nil {
+		r.mu.mem.putRun(ps[g[0]].Segment, offs, runIDs, plains, bytes)
+	}
+	r.mu.Unlock()
+	return plains, nil
 }
 
 // ReadRun reads several frames of one segment, given in offset order.
@@ -475,17 +492,16 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 		}
 	}
 	for _, g := range runGroups(ps, want) {
-		frames, bp, err := r.fetchGroup(ctx, ps, g)
+		buf, frames, err := r.fetchGroup(ctx, ps, g)
 		if err != nil {
 			return nil, err
 		}
-		errs := make([]error, len(g))
-		forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
-			out[g[j]], errs[j] = r.accept(ids[g[j]], ps[g[j]], frames[j])
-		})
-		putRunBuf(bp) // accept copied out what it keeps
-		if err := errors.Join(errs...); err != nil {
+		plains, err := r.acceptRun(ids, ps, g, buf, frames)
+		if err != nil {
 			return nil, err
+		}
+		for j, i := range g {
+			out[i] = plains[j]
 		}
 	}
 	return out, nil
@@ -512,7 +528,7 @@ func (r *Reader) ReadEncoded(ctx context.Context, ps []Pointer) ([][]byte, error
 		all[i] = i
 	}
 	for _, g := range runGroups(ps, all) {
-		frames, _, err := r.fetchGroup(ctx, ps, g) // handed out: not recycled
+		_, frames, err := r.fetchGroup(ctx, ps, g)
 		if err != nil {
 			return nil, err
 		}

@@ -566,3 +566,78 @@ func TestReaderSharesConcurrentMisses(t *testing.T) {
 		t.Fatalf("%d GETs for 6 concurrent reads of one frame", n)
 	}
 }
+
+// The memory cache keeps and drops the frames of one coalesced GET as a
+// run charged for its whole buffer; a hit on any frame refreshes the run,
+// and the budget holds however runs and single frames mix.
+func TestMemCacheRuns(t *testing.T) {
+	id := func(i int) FrameID { return FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
+	c := newMemCache(3*1000 + 8*memEntryOverhead)
+	buf := make([]byte, 1000)
+	run := func(seg uint64) {
+		c.putRun(seg, []uint32{0, 100, 200}, []FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
+	}
+	run(1)
+	run(2)
+	if c.used != 2*(1000+3*memEntryOverhead) || c.len() != 6 {
+		t.Fatalf("two runs: used %d, %d frames", c.used, c.len())
+	}
+	if _, ok := c.get(1, 100, id(1)); !ok { // refreshes run 1
+		t.Fatal("miss on a cached frame")
+	}
+	if _, ok := c.get(1, 100, id(2)); ok {
+		t.Fatal("hit for another id")
+	}
+	run(3) // evicts run 2, the least recent, as a whole
+	for _, off := range []uint32{0, 100, 200} {
+		if _, ok := c.get(2, off, id(int(off/100))); ok {
+			t.Fatalf("frame %d of the evicted run still cached", off)
+		}
+		if _, ok := c.get(1, off, id(int(off/100))); !ok {
+			t.Fatalf("frame %d of the refreshed run evicted", off)
+		}
+	}
+	c.put(4, 0, id(0), make([]byte, 500))
+	if c.used > c.max {
+		t.Fatalf("used %d over budget %d", c.used, c.max)
+	}
+	c.forget(1)
+	if _, ok := c.get(1, 0, id(0)); ok || c.len() != 4 {
+		t.Fatalf("forget left run 1 (frames %d)", c.len())
+	}
+	// A run larger than the budget is not cached.
+	c.putRun(5, []uint32{0}, []FrameID{id(0)}, [][]byte{buf}, c.max)
+	if _, ok := c.get(5, 0, id(0)); ok {
+		t.Fatal("cached a run over the budget")
+	}
+}
+
+// ReadRun decrypts in place and caches runs: under a small budget the
+// cache stays within it and every frame still reads back right.
+func TestReadRunSmallCache(t *testing.T) {
+	f := newFixture(t, 12)
+	ctx := context.Background()
+	limit := int64(5 * (ExtentSize + memEntryOverhead))
+	r := f.reader(t, ReaderOptions{MemoryBytes: limit})
+	for round := range 3 {
+		for i := 0; i+3 <= len(f.ids); i += 3 {
+			out, err := r.ReadRun(ctx, f.ids[i:i+3], f.ps[i:i+3])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range out {
+				if !bytes.Equal(out[j], f.plains[i+j]) {
+					t.Fatalf("round %d: frame %d differs", round, i+j)
+				}
+			}
+			if st := r.Stats(); st.MemBytes > limit {
+				t.Fatalf("memory cache %d over its %d budget", st.MemBytes, limit)
+			}
+		}
+	}
+	// The last run is cached: reading it again sends nothing.
+	f.cs.reset()
+	if _, err := r.ReadRun(ctx, f.ids[9:], f.ps[9:]); err != nil || f.cs.total() != 0 {
+		t.Fatalf("re-read of the last run: %v, %d requests", err, f.cs.total())
+	}
+}

@@ -186,6 +186,9 @@ type AEAD struct {
 // Overhead is the number of bytes Seal adds (nonce + tag).
 const Overhead = chacha20poly1305.NonceSizeX + chacha20poly1305.Overhead
 
+// NonceSize is the length of the nonce that starts a sealed blob.
+const NonceSize = chacha20poly1305.NonceSizeX
+
 func newAEAD(key []byte) (*AEAD, error) {
 	if len(key) != 32 {
 		return nil, errors.New("keys: key must be 32 bytes")
@@ -215,7 +218,8 @@ func (a *AEAD) Open(aad, sealed []byte) ([]byte, error) {
 	return a.OpenTo(nil, aad, sealed)
 }
 
-// OpenTo is Open appending the plaintext to dst.
+// OpenTo is Open appending the plaintext to dst. With dst =
+// sealed[NonceSize:NonceSize] it decrypts in place.
 func (a *AEAD) OpenTo(dst, aad, sealed []byte) ([]byte, error) {
 	if len(sealed) < Overhead {
 		return nil, ErrAuth
