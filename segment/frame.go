@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -107,11 +108,14 @@ func compress(dst, plain []byte, c Codec) ([]byte, bool) {
 	n := len(dst)
 	switch c {
 	case CodecLZ4:
+		lc := lz4Pool.Get().(*lz4.Compressor)
+		defer lz4Pool.Put(lc)
+		if !lz4Worthwhile(lc, plain) {
+			return dst, false
+		}
 		bound := lz4.CompressBlockBound(len(plain))
 		dst = grow(dst, bound)
-		lc := lz4Pool.Get().(*lz4.Compressor)
 		m, err := lc.CompressBlock(plain, dst[n:n+bound])
-		lz4Pool.Put(lc)
 		if err != nil || m == 0 || m >= len(plain) {
 			return dst[:n], false
 		}
@@ -128,6 +132,41 @@ func compress(dst, plain []byte, c Codec) ([]byte, bool) {
 		return out, true
 	}
 	return dst, false
+}
+
+// Early abort: much of what ebbfs stores (disk images of encrypted or
+// compressed data, media, backups) does not compress, and an LZ4 pass over
+// a whole extent that is then stored raw costs a third of the CPU of
+// sealing it. An extent of at least probeMin bytes is compressed only if
+// one of three probeSample samples (start, middle, end) shrinks by at
+// least 1/16 under LZ4, or if two of its 4 KiB blocks start alike (a block
+// repeated within the extent, which no sample would show).
+const (
+	probeMin    = 16 << 10
+	probeSample = 2 << 10
+	probeBlock  = 4 << 10
+	probePrefix = 32
+)
+
+func lz4Worthwhile(lc *lz4.Compressor, plain []byte) bool {
+	if len(plain) < probeMin {
+		return true
+	}
+	for a := 0; a+probeBlock <= len(plain); a += probeBlock {
+		for b := a + probeBlock; b+probePrefix <= len(plain); b += probeBlock {
+			if bytes.Equal(plain[a:a+probePrefix], plain[b:b+probePrefix]) {
+				return true
+			}
+		}
+	}
+	var out [probeSample + probeSample/255 + 16]byte // >= CompressBlockBound(probeSample)
+	for _, at := range [...]int{0, len(plain)/2 - probeSample/2, len(plain) - probeSample} {
+		m, err := lc.CompressBlock(plain[at:at+probeSample], out[:])
+		if err == nil && m > 0 && m <= probeSample-probeSample/16 {
+			return true
+		}
+	}
+	return false
 }
 
 func grow(b []byte, n int) []byte {

@@ -76,6 +76,27 @@ func TestFrameCompressionChoice(t *testing.T) {
 	if got, _ := innerCodec(t, k, id, f); got != CodecNone {
 		t.Errorf("CodecNone stored as %v", got)
 	}
+	// LZ4's early abort samples start, middle and end: an extent that
+	// compresses anywhere among them is still compressed.
+	for name, p := range map[string][]byte{
+		"random head":   append(randomExtent(ExtentSize/2), text[:ExtentSize/2]...),
+		"random tail":   append(append([]byte(nil), text[:ExtentSize-4096]...), randomExtent(4096)...),
+		"text middle":   append(append(randomExtent(14<<10), text[:4<<10]...), randomExtent(14<<10)...),
+		"short text":    text[:8<<10],
+		"repeated 4KiB": bytes.Repeat(randomExtent(4096), 8),
+	} {
+		f := EncodeFrame(nil, k, id, p, CodecLZ4)
+		if got, n := innerCodec(t, k, id, f); got != CodecLZ4 || n >= len(p) {
+			t.Errorf("%s: stored as %v with %d of %d bytes, want LZ4", name, got, n, len(p))
+		}
+	}
+	// Random data with one compressible 1 KiB island between the samples
+	// is stored raw: the probe's price.
+	p := randomExtent(ExtentSize)
+	copy(p[5000:], bytes.Repeat([]byte{'x'}, 1024))
+	if got, _ := innerCodec(t, k, id, EncodeFrame(nil, k, id, p, CodecLZ4)); got != CodecNone {
+		t.Errorf("mostly random extent stored as %v, want raw", got)
+	}
 }
 
 func TestFrameAADBinding(t *testing.T) {
