@@ -106,6 +106,10 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		MaxWrite:     maxWrite,
 		MaxReadAhead: maxReadAhead,
 		Debug:        o.Debug,
+		// Reads return decrypted bytes, never a file descriptor, so
+		// go-fuse's splice path has nothing to splice; left on, it would
+		// take a pipe and log a failed attempt for every 1 MiB read.
+		DisableSplice: true,
 		// As root, mount(2) directly; fusermount3 is the fallback (and
 		// the only way for other users).
 		DirectMount: root,
