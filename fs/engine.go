@@ -189,7 +189,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	}
 	bg, cancel := context.WithCancel(context.Background())
 	e.bg, e.cancel = bg, cancel
-	e.raSem = make(chan struct{}, 4)
+	e.raSem = make(chan struct{}, 8)
 	if !o.DeferBackground {
 		e.StartBackground()
 	}

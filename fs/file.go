@@ -174,7 +174,7 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 // it here too would read it twice.
 const (
 	readAheadSkip   = 1 << 20
-	readAheadWindow = 16 << 20
+	readAheadWindow = 32 << 20
 	readAheadMin    = 4 << 20
 )
 
