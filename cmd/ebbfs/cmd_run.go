@@ -472,7 +472,7 @@ func limitMemory(cacheBytes int64, log *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	limit := cacheBytes + 448<<20
+	limit := cacheBytes + 384<<20
 	debug.SetMemoryLimit(limit)
 	log.Debug("memory limit", "bytes", limit)
 }
