@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -425,9 +426,11 @@ func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([]byte,
 // decrypting them in place, and caches them as one run that shares the
 // buffer. It returns the plaintexts in the order of g.
 func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, buf []byte, frames [][]byte) ([][]byte, error) {
-	if r.disk != nil { // the disk cache keeps sealed frames: copy them first
-		for j, i := range g {
-			r.disk.put(ps[i], frames[j])
+	var sealed [][]byte // the disk cache keeps sealed frames: copy them first
+	if r.disk != nil {
+		sealed = make([][]byte, len(g))
+		for j := range g {
+			sealed[j] = bytes.Clone(frames[j])
 		}
 	}
 	plains := make([][]byte, len(g))
@@ -437,30 +440,30 @@ func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, buf []byte, fra
 		i := g[j]
 		out, inPlace, err := openFrameInPlace(r.k, ids[i], frames[j], int(ps[i].PlainLen))
 		if err != nil {
-			if r.disk != nil {
-				r.disk.drop(ps[i], err.Error())
-			}
 			errs[j] = r.reportCorrupt(ps[i], "", err)
 			return
 		}
 		plains[j], outside[j] = out, !inPlace
+		if r.disk != nil { // only authenticated frames are cached
+			r.disk.put(ps[i], sealed[j])
+		}
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	r.misses.Add(uint64(len(g)))
-	bytes := int64(len(buf))
+	held := int64(len(buf))
 	offs := make([]uint32, len(g))
 	runIDs := make([]FrameID, len(g))
 	for j, i := range g {
 		offs[j], runIDs[j] = ps[i].Offset, ids[i]
 		if outside[j] {
-			bytes += int64(cap(plains[j]))
+			held += int64(cap(plains[j]))
 		}
 	}
 	r.mu.Lock()
 	if r.mu.mem != nil {
-		r.mu.mem.putRun(ps[g[0]].Segment, offs, runIDs, plains, bytes)
+		r.mu.mem.putRun(ps[g[0]].Segment, offs, runIDs, plains, held)
 	}
 	r.mu.Unlock()
 	return plains, nil

@@ -312,6 +312,14 @@ func TestReaderStoreCorruption(t *testing.T) {
 	if _, err := r.ReadRun(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("run over corrupt frame: %v", err)
 	}
+	// The run's authenticated frames reached the disk cache; the corrupt
+	// one did not.
+	r.disk.sync()
+	for i, p := range f.ps {
+		if _, ok := r.disk.get(p); ok != (i != 2) {
+			t.Fatalf("frame %d in the disk cache: %v", i, ok)
+		}
+	}
 	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("verified encoded read: %v", err)
 	}
