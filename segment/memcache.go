@@ -104,10 +104,8 @@ func (c *memCache) remove(r *memRun) {
 
 // forget drops every run holding a frame of seg.
 func (c *memCache) forget(seg uint64) {
-	for _, e := range c.m[seg] {
-		if e.run.el != nil && c.m[seg][e.off] == e {
-			c.remove(e.run)
-		}
+	for _, e := range c.m[seg] { // remove deletes a run's entries: none comes up twice
+		c.remove(e.run)
 	}
 }
 
