@@ -272,7 +272,9 @@ func (r *Reclaimer) deleteDead(ctx context.Context, c counterEntry) (deleteOutco
 		return r.dropCounter(c.id, "object already gone")
 	}
 	if err != nil {
-		r.log.Warn("reclaim: cannot read a dead segment's directory; keeping it", "segment", seg, "err", err)
+		if ctx.Err() == nil { // a read cut short by shutdown is not news
+			r.log.Warn("reclaim: cannot read a dead segment's directory; keeping it", "segment", seg, "err", err)
+		}
 		return outKept, fmt.Errorf("reclaim: segment %s: %w", seg, err)
 	}
 	ref, err := r.lookup(c.id, entries)

@@ -83,8 +83,8 @@ type Reclaimer struct {
 		sweepKnown      bool          // sweepAt is valid
 		sweepFailures   int
 		lastSweep       time.Time // wall time of the last completed sweep (zero: unknown)
-		runReqs         []chan cycleResult
-		sweepReqs       []chan sweepResult
+		runReqs         []chan result[CycleStats]
+		sweepReqs       []chan result[SweepStats]
 		lastStats       CycleStats
 		cycles          int
 		sweeps          int
@@ -99,14 +99,17 @@ type Reclaimer struct {
 	budgetForTests int64 // JobBudget
 }
 
-type cycleResult struct {
-	stats CycleStats
+// result answers one RunNow or SweepNow request.
+type result[T any] struct {
+	stats T
 	err   error
 }
 
-type sweepResult struct {
-	stats SweepStats
-	err   error
+// answer sends res to every waiting request.
+func answer[T any](reqs []chan result[T], res result[T]) {
+	for _, c := range reqs {
+		c <- res
+	}
 }
 
 // New checks o and returns a stopped Reclaimer.
@@ -175,12 +178,8 @@ func (r *Reclaimer) Close() error {
 	reqs, sreqs := r.mu.runReqs, r.mu.sweepReqs
 	r.mu.runReqs, r.mu.sweepReqs = nil, nil
 	r.mu.Unlock()
-	for _, c := range reqs {
-		c <- cycleResult{err: ErrClosed}
-	}
-	for _, c := range sreqs {
-		c <- sweepResult{err: ErrClosed}
-	}
+	answer(reqs, result[CycleStats]{err: ErrClosed})
+	answer(sreqs, result[SweepStats]{err: ErrClosed})
 	r.stop()
 	r.kick()
 	if started {
@@ -274,34 +273,26 @@ func (t *Triggers) Tombstoned() {}
 // coalescing interval, and returns its summary. It needs a started
 // Reclaimer.
 func (r *Reclaimer) RunNow(ctx context.Context) (CycleStats, error) {
-	c := make(chan cycleResult, 1)
-	r.mu.Lock()
-	if r.mu.closed || !r.mu.started {
-		r.mu.Unlock()
-		return CycleStats{}, ErrClosed
-	}
-	r.mu.runReqs = append(r.mu.runReqs, c)
-	r.mu.idle = false
-	r.mu.Unlock()
-	r.kick()
-	select {
-	case res := <-c:
-		return res.stats, res.err
-	case <-ctx.Done():
-		return CycleStats{}, ctx.Err()
-	}
+	return request(ctx, r, &r.mu.runReqs)
 }
 
 // SweepNow runs an orphan sweep now (`ebbfs reclaim sweep`). A completed
 // sweep records its time and schedules the next one SweepInterval later.
 func (r *Reclaimer) SweepNow(ctx context.Context) (SweepStats, error) {
-	c := make(chan sweepResult, 1)
+	return request(ctx, r, &r.mu.sweepReqs)
+}
+
+// request queues a request on *queue (guarded by r.mu), wakes the worker
+// and waits for its answer or for ctx.
+func request[T any](ctx context.Context, r *Reclaimer, queue *[]chan result[T]) (T, error) {
+	var zero T
+	c := make(chan result[T], 1)
 	r.mu.Lock()
 	if r.mu.closed || !r.mu.started {
 		r.mu.Unlock()
-		return SweepStats{}, ErrClosed
+		return zero, ErrClosed
 	}
-	r.mu.sweepReqs = append(r.mu.sweepReqs, c)
+	*queue = append(*queue, c)
 	r.mu.idle = false
 	r.mu.Unlock()
 	r.kick()
@@ -309,7 +300,7 @@ func (r *Reclaimer) SweepNow(ctx context.Context) (SweepStats, error) {
 	case res := <-c:
 		return res.stats, res.err
 	case <-ctx.Done():
-		return SweepStats{}, ctx.Err()
+		return zero, ctx.Err()
 	}
 }
 
@@ -366,9 +357,7 @@ func (r *Reclaimer) worker() {
 			r.mu.runReqs = nil
 			r.mu.Unlock()
 			st, err := r.runScheduledCycle()
-			for _, c := range reqs {
-				c <- cycleResult{st, err}
-			}
+			answer(reqs, result[CycleStats]{st, err})
 			continue
 		}
 		if len(r.mu.sweepReqs) > 0 {
@@ -376,9 +365,7 @@ func (r *Reclaimer) worker() {
 			r.mu.sweepReqs = nil
 			r.mu.Unlock()
 			st, err := r.runScheduledSweep()
-			for _, c := range reqs {
-				c <- sweepResult{st, err}
-			}
+			answer(reqs, result[SweepStats]{st, err})
 			continue
 		}
 		if r.mu.sweepKnown && r.mu.sweepAt <= now {

@@ -268,7 +268,9 @@ func (r *Reclaimer) judgeOrphan(ctx context.Context, id uint64, size int64) (orp
 		return orphanKept, nil // gone since the listing
 	}
 	if err != nil {
-		r.log.Warn("reclaim: sweep: cannot read an orphan's directory; keeping it", "segment", seg, "err", err)
+		if ctx.Err() == nil {
+			r.log.Warn("reclaim: sweep: cannot read an orphan's directory; keeping it", "segment", seg, "err", err)
+		}
 		return orphanUnreadable, fmt.Errorf("reclaim: sweep: segment %s: %w", seg, err)
 	}
 	ref, err := r.lookup(id, entries)
