@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -36,6 +37,8 @@ type Engine struct {
 	db    *lsm.DB
 	rd    *segment.Reader
 	codec segment.Codec
+
+	cacheLock *os.File // flock on CacheDir/LOCK, held until Close
 
 	ns struct {
 		sync.Mutex
@@ -129,11 +132,30 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		host, _ := os.Hostname()
 		o.Holder = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
+	if o.PinManifest != 0 {
+		o.ReadOnly = true
+	}
 	if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fs: cache dir: %w", err)
 	}
+	cacheLock, err := lockCacheDir(o.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			cacheLock.Close()
+		}
+	}()
+	metaDir := filepath.Join(o.CacheDir, "meta")
+	if o.PinManifest != 0 {
+		// A pinned state is rebuilt from the store each time; keep it
+		// apart from the followed one so neither wipes the other.
+		metaDir = filepath.Join(o.CacheDir, "meta-pinned")
+	}
 	lo := lsm.Options{
-		Dir:      filepath.Join(o.CacheDir, "meta"),
+		Dir:      metaDir,
 		Store:    o.Store,
 		Keys:     o.Keys,
 		Clock:    o.Clock,
@@ -144,7 +166,12 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if o.tuneLSM != nil {
 		o.tuneLSM(&lo)
 	}
-	db, err := lsm.Open(ctx, lo)
+	var db *lsm.DB
+	if o.PinManifest != 0 {
+		db, err = lsm.OpenAt(ctx, lo, o.PinManifest)
+	} else {
+		db, err = lsm.Open(ctx, lo)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +197,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	}
 	e := &Engine{
 		opts:      o,
+		cacheLock: cacheLock,
 		log:       o.Logger,
 		clk:       o.Clock,
 		db:        db,
@@ -193,7 +221,26 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if !o.DeferBackground {
 		e.StartBackground()
 	}
+	opened = true
 	return e, nil
+}
+
+// lockCacheDir takes an exclusive lock on dir for the life of the engine:
+// two processes sharing a cache directory would rebuild each other's
+// metadata under them.
+func lockCacheDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("fs: cache dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("fs: cache directory %s is in use by another ebbfs process; give each process its own [cache] dir", dir)
+		}
+		return nil, fmt.Errorf("fs: cache dir lock: %w", err)
+	}
+	return f, nil
 }
 
 // StartBackground starts the periodic flusher and the tombstone cleaner
@@ -323,6 +370,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	if cerr := e.db.Close(); err == nil {
 		err = cerr
 	}
+	e.cacheLock.Close()
 	return err
 }
 

@@ -22,10 +22,13 @@ type Options struct {
 	SegmentTarget    int64         // seal the open segment at this size (default 32 MiB)
 	DirtyLimit       int64         // writes block above this many dirty bytes (default 128 MiB)
 	ReadOnly         bool
-	Holder           string // lease holder description
-	Logger           *slog.Logger
-	Clock            clock.Clock
-	Events           Events // reclamation hooks; may be nil
+	// PinManifest, if not 0, serves exactly the state of that published
+	// manifest (a checkpoint), read-only, without following the writer.
+	PinManifest uint64
+	Holder      string // lease holder description
+	Logger      *slog.Logger
+	Clock       clock.Clock
+	Events      Events // reclamation hooks; may be nil
 	// DeferBackground leaves the flusher and the tombstone cleaner to a
 	// later StartBackground (ebbfs run starts them once the mount is up).
 	DeferBackground bool

@@ -203,3 +203,65 @@ func TestReadOnlyReader(t *testing.T) {
 	}
 	w.stop()
 }
+
+// TestRunCheckpoint: run --checkpoint serves exactly the checkpoint's state
+// while the writer moves on, and refuses a missing checkpoint clearly.
+func TestRunCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	e.init()
+	w := e.mount()
+	writeFile(t, e.path("a"), []byte("as checkpointed"))
+	e.mustEbbfs("checkpoint", "create", "--persistent", "snap")
+	writeFile(t, e.path("a"), []byte("rewritten after the checkpoint"))
+	writeFile(t, e.path("b"), []byte("created after the checkpoint"))
+	e.mustEbbfs("flush")
+
+	r := newEnv(t)
+	r.storage = e.storage
+	r.writeConfig("")
+	if res := r.ebbfs("run", "--checkpoint", "nosuch"); res.code == 0 || !strings.Contains(res.stderr, `checkpoint "nosuch"`) {
+		t.Fatalf("run --checkpoint of a missing checkpoint: %s", res)
+	}
+	rp := r.mount("--checkpoint", "snap")
+	if got := string(readFile(t, r.path("a"))); got != "as checkpointed" {
+		t.Fatalf("checkpoint reader sees a = %q", got)
+	}
+	if _, err := os.Stat(r.path("b")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("checkpoint reader sees b created later: %v", err)
+	}
+	if err := os.WriteFile(r.path("c"), []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("write through the checkpoint reader: %v, want EROFS", err)
+	}
+	// The writer still sees its own newer state.
+	if got := string(readFile(t, e.path("a"))); got != "rewritten after the checkpoint" {
+		t.Fatalf("writer sees a = %q", got)
+	}
+	rp.stop()
+	e.mustEbbfs("checkpoint", "delete", "snap")
+	w.stop()
+}
+
+// TestSharedCacheDirRefused: a second process on a running one's cache
+// directory is refused before it can touch the first one's metadata.
+func TestSharedCacheDirRefused(t *testing.T) {
+	e := newEnv(t)
+	e.init()
+	w := e.mount()
+	writeFile(t, e.path("kept"), []byte("still here"))
+	e.mustEbbfs("flush")
+
+	r := newEnv(t)
+	r.storage = e.storage
+	r.cache = e.cache
+	r.writeConfig("")
+	res := r.ebbfs("run", "--read-only")
+	if res.code == 0 || !strings.Contains(res.stderr, "in use by another ebbfs process") {
+		t.Fatalf("reader on the writer's cache directory: %s", res)
+	}
+	if got := string(readFile(t, e.path("kept"))); got != "still here" {
+		t.Fatalf("writer after the refused reader: %q", got)
+	}
+	writeFile(t, e.path("after"), []byte("x"))
+	e.mustEbbfs("flush")
+	w.stop()
+}

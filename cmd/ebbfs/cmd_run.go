@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/fs/fuse"
 	"ebbfs.dev/ebbfs/internal/admin"
@@ -64,7 +65,10 @@ first holds the writer lease.`,
 				return fmt.Errorf("config %s: %w", c.Path, err)
 			}
 			if f.checkpoint != "" {
-				return errors.New("run --checkpoint is not implemented yet (checkpoints have not landed)")
+				if err := checkpoint.ValidName(f.checkpoint); err != nil {
+					return &usageError{fmt.Errorf("--checkpoint: %w", err)}
+				}
+				f.readOnly = true // a checkpoint is served read-only
 			}
 			log, err := g.logger()
 			if err != nil {
@@ -75,7 +79,7 @@ first holds the writer lease.`,
 	}
 	cmd.Flags().BoolVar(&f.readOnly, "read-only", false, "follow the writer read-only (a replica); writes fail with EROFS")
 	cmd.Flags().StringVar(&f.mountpoint, "mountpoint", "", "mount here instead of [mount] path")
-	cmd.Flags().StringVar(&f.checkpoint, "checkpoint", "", "serve a pinned checkpoint read-only (not implemented yet)")
+	cmd.Flags().StringVar(&f.checkpoint, "checkpoint", "", "serve the state of checkpoint NAME read-only (does not follow the writer)")
 	return cmd
 }
 
@@ -212,6 +216,18 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	limitMemory(int64(c.Cache.MemorySize), log)
 	counting := objstore.NewCounting(rawStore)
 	var st objstore.Store = counting
+	var pin uint64
+	if f.checkpoint != "" {
+		rec, err := checkpoint.Get(ctx, st, f.checkpoint)
+		if err != nil {
+			return fmt.Errorf("checkpoint %q: %w", f.checkpoint, err)
+		}
+		if checkpoint.Expired(rec, time.Now()) {
+			return fmt.Errorf("checkpoint %q expired at %s; its segments may already be reclaimed", f.checkpoint, rec.ExpireTime.Format(time.RFC3339))
+		}
+		pin = rec.ManifestSeq
+		log.Info("serving a checkpoint", "name", rec.Name, "kind", rec.Kind, "manifest", pin)
+	}
 	host, _ := os.Hostname()
 	var events fs.Events
 	triggers := &reclaim.Triggers{}
@@ -226,6 +242,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		DiskCacheBytes:   int64(c.Cache.DiskSize),
 		FlushInterval:    c.Metadata.FlushInterval.D(),
 		ReadOnly:         f.readOnly,
+		PinManifest:      pin,
 		Holder:           fmt.Sprintf("ebbfs run pid %d on %s", os.Getpid(), host),
 		Logger:           log,
 		Clock:            clock.Real{},
