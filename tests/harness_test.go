@@ -208,14 +208,37 @@ listen = %q
 	}
 }
 
+// handedOut holds every address freeAddr returned: the kernel may offer a
+// port again as soon as its probe listener closes, and two processes of one
+// test (or an admin and an NBD listener) must not be given the same one.
+var handedOut struct {
+	sync.Mutex
+	addrs map[string]bool
+}
+
+// freeAddr returns a loopback address that was free a moment ago and that
+// no earlier call of this test binary returned.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.addrs == nil {
+		handedOut.addrs = map[string]bool{}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := l.Addr().String()
+		l.Close()
+		if !handedOut.addrs[a] {
+			handedOut.addrs[a] = true
+			return a
+		}
+	}
+	t.Fatal("no fresh loopback port after 1000 tries")
+	return ""
 }
 
 // result is a finished command.
