@@ -68,8 +68,12 @@ func crashCases() []crashCase {
 	add(crashCase{setup: setupReclaim, work: workReclaim},
 		"cycle-after-barrier=3", "cycle-after-checkpoint-list=3", "cycle-after-scan=3", "cycle-after-deadlines=3",
 		"delete-after-directory-read", "delete-after-verify", "delete-after-object-delete", "delete-after-counter-removed",
-		"repack-after-gather", "repack-before-upload", "repack-after-upload", "repack-mid-repoint",
+		"repack-after-gather", "repack-before-upload", "repack-after-upload",
 		"repack-after-repoint", "repack-after-jobs")
+	// A repoint in several chunks needs one job of more than RepointChunk
+	// frames: reclamation is held while the overwrites land, so that no
+	// cycle repacks a part of them early.
+	add(crashCase{setup: setupReclaim, work: workReclaimHeld}, "repack-mid-repoint")
 	// A crash between DELETE and the counter's removal leaves a stale
 	// counter; the next writer's cycle drops it.
 	add(crashCase{setup: setupReclaim, pre: "delete-after-object-delete", preWork: workReclaim, work: workCycles},
@@ -196,6 +200,22 @@ func workReclaim(r *crashRun) {
 	r.remove("gone1")
 	r.remove("gone2")
 	r.flush()
+	r.cycles(5)
+}
+
+// workReclaimHeld is workReclaim with reclamation paused by a persistent
+// checkpoint until every overwrite is durable.
+func workReclaimHeld(r *crashRun) {
+	r.cli("checkpoint", "create", "--persistent", "hold")
+	var offs []int64
+	var datas [][]byte
+	for i := 0; i < 2048; i += 8 {
+		offs = append(offs, int64(i)<<15)
+		datas = append(datas, crashCompressible(r.t, 1, 2048))
+	}
+	r.pwrites("frag", offs, datas)
+	r.flush()
+	r.cli("checkpoint", "delete", "hold")
 	r.cycles(5)
 }
 
