@@ -9,7 +9,7 @@ import (
 )
 
 // writeWhole creates (or replaces) name under the root with data.
-func writeWhole(t *testing.T, e *Engine, name string, data []byte) uint64 {
+func writeWhole(t *testing.T, e *Engine, name string, data []byte) {
 	t.Helper()
 	ctx := context.Background()
 	a, err := e.Lookup(ctx, RootIno, name)
@@ -25,7 +25,6 @@ func writeWhole(t *testing.T, e *Engine, name string, data []byte) uint64 {
 	if _, err := e.Write(ctx, a.Ino, data, 0); err != nil {
 		t.Fatal(err)
 	}
-	return a.Ino
 }
 
 // readWhole returns the content of name under the root.

@@ -173,9 +173,7 @@ func TestReadOnlyReader(t *testing.T) {
 	e.mustEbbfs("checkpoint", "create", "--ttl", "1m", "publish")
 	e.mustEbbfs("checkpoint", "delete", "publish")
 
-	r := newEnv(t)
-	r.storage = e.storage
-	r.writeConfig("")
+	r := e.sameStore()
 	rp := r.mount("--read-only")
 	if got := string(readFile(t, r.path("seen"))); got != "before the reader" {
 		t.Fatalf("reader sees %q", got)
@@ -216,9 +214,7 @@ func TestRunCheckpoint(t *testing.T) {
 	writeFile(t, e.path("b"), []byte("created after the checkpoint"))
 	e.mustEbbfs("flush")
 
-	r := newEnv(t)
-	r.storage = e.storage
-	r.writeConfig("")
+	r := e.sameStore()
 	if res := r.ebbfs("run", "--checkpoint", "nosuch"); res.code == 0 || !strings.Contains(res.stderr, `checkpoint "nosuch"`) {
 		t.Fatalf("run --checkpoint of a missing checkpoint: %s", res)
 	}
@@ -250,8 +246,7 @@ func TestSharedCacheDirRefused(t *testing.T) {
 	writeFile(t, e.path("kept"), []byte("still here"))
 	e.mustEbbfs("flush")
 
-	r := newEnv(t)
-	r.storage = e.storage
+	r := e.sameStore()
 	r.cache = e.cache
 	r.writeConfig("")
 	res := r.ebbfs("run", "--read-only")

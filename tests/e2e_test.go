@@ -213,20 +213,7 @@ func TestSecondWriterRefused(t *testing.T) {
 
 	// The second writer gets its own cache, mountpoint and ports, but the
 	// same store.
-	e2 := *e
-	e2.dir = t.TempDir()
-	e2.cfg = filepath.Join(e2.dir, "ebbfs.toml")
-	e2.cache = filepath.Join(e2.dir, "cache")
-	e2.mnt = filepath.Join(e2.dir, "mnt")
-	e2.nbdAddr, e2.admin = freeAddr(t), freeAddr(t)
-	if err := os.Mkdir(e2.mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(e2.dir, "password"), []byte(testPassword), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	e2.t = t
-	e2.writeConfig("")
+	e2 := e.sameStore()
 	q := e2.start()
 	code := q.wait()
 	if code == 0 {

@@ -178,6 +178,16 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	return e
 }
 
+// sameStore returns a second environment (own cache directory, mountpoint
+// and ports) on e's store: a reader, or a writer that must be refused.
+func (e *env) sameStore() *env {
+	e.t.Helper()
+	r := newEnv(e.t)
+	r.storage = e.storage
+	r.writeConfig("")
+	return r
+}
+
 // writeConfig writes the config file; extra is appended verbatim.
 func (e *env) writeConfig(extra string) {
 	e.t.Helper()

@@ -77,7 +77,7 @@ first holds the writer lease.`,
 			return runFS(c, f, log)
 		},
 	}
-	cmd.Flags().BoolVar(&f.readOnly, "read-only", false, "follow the writer read-only (a replica); writes fail with EROFS")
+	cmd.Flags().BoolVar(&f.readOnly, "read-only", false, "serve the filesystem read-only as of its start (a replica); writes fail with EROFS")
 	cmd.Flags().StringVar(&f.mountpoint, "mountpoint", "", "mount here instead of [mount] path")
 	cmd.Flags().StringVar(&f.checkpoint, "checkpoint", "", "serve the state of checkpoint NAME read-only (does not follow the writer)")
 	return cmd
