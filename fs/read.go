@@ -1,0 +1,204 @@
+package fs
+
+import (
+	"context"
+	"sync"
+
+	"ebbfs.dev/ebbfs/segment"
+)
+
+// readCommitted reads an extent from its segment; nil means a hole.
+func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, error) {
+	p, ok, err := e.pointer(ino, idx)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
+}
+
+// extentLocked returns the current bytes of extent idx (nil: zeroes).
+// Caller holds n.mu (read or write).
+func (e *Engine) extentLocked(ctx context.Context, n *inode, idx uint64) ([]byte, error) {
+	if b := n.dirty[idx]; b != nil {
+		return b, nil
+	}
+	if f := n.flushing[idx]; f != nil {
+		return f.data, nil
+	}
+	return e.readCommitted(ctx, n.ino, idx)
+}
+
+// Read reads up to len(p) bytes at off. It returns 0 at or past the end.
+func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, ErrInvalid
+	}
+	n, err := e.acquire(ino)
+	if err != nil {
+		return 0, err
+	}
+	defer e.release(n)
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.attr.IsDir() {
+		return 0, ErrIsDir
+	}
+	size := int64(n.attr.Size)
+	if off >= size {
+		return 0, nil
+	}
+	if int64(len(p)) > size-off {
+		p = p[:size-off]
+	}
+	end := off + int64(len(p))
+	if ra := n.ra.Load(); ra != nil && off < ra.to && end > ra.from {
+		select {
+		case <-ra.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	if err := e.readRangeLocked(ctx, n, p, off); err != nil {
+		return 0, err
+	}
+	if prev := n.seqEnd.Swap(end); prev == off {
+		e.readAhead(n.ino, end, size, n)
+	}
+	return len(p), nil
+}
+
+// Read-ahead: a read that starts where the previous one ended fetches the
+// committed extents from readAheadSkip to readAheadWindow past it into the
+// frame cache in the background, in runs of at least readAheadMin, so that
+// decryption of what comes next overlaps with the kernel copying out what
+// came before. The first readAheadSkip is left to the kernel's own
+// readahead (1 MiB), whose request is usually already on its way; fetching
+// it here too would read it twice.
+const (
+	readAheadSkip   = 1 << 20
+	readAheadWindow = 32 << 20
+	readAheadMin    = 4 << 20
+)
+
+func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
+	from := max(end+readAheadSkip, n.raEnd.Load())
+	to := min(end+readAheadWindow, size)
+	if to-from < readAheadMin && to < size || to <= from || e.closed.Load() {
+		return
+	}
+	select {
+	case e.raSem <- struct{}{}:
+	default:
+		return // enough read-ahead in flight
+	}
+	n.raEnd.Store(to)
+	run := &readAheadRun{from: from, to: to, done: make(chan struct{})}
+	n.ra.Store(run)
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer func() { <-e.raSem }()
+		defer close(run.done)
+		e.prefetch(e.bg, ino, from, to)
+	}()
+}
+
+// prefetch reads the committed extents covering [from, to) into the cache.
+// Its runs (frames adjacent in one segment, one GET each) are fetched
+// concurrently, so that one run's GET overlaps another's decryption.
+func (e *Engine) prefetch(ctx context.Context, ino uint64, from, to int64) {
+	all, err := e.pointersIn(ino, uint64(from)/extentSize, uint64(to-1)/extentSize+1)
+	if err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for len(all) > 0 && ctx.Err() == nil {
+		k := 1
+		for k < len(all) && k < 64 && all[k].p.Segment == all[k-1].p.Segment && all[k-1].p.End() == uint64(all[k].p.Offset) {
+			k++
+		}
+		ids := make([]segment.FrameID, k)
+		ptrs := make([]segment.Pointer, k)
+		for i, x := range all[:k] {
+			ids[i], ptrs[i] = segment.FrameID{Ino: ino, Extent: x.idx, Gen: x.p.Gen}, x.p
+		}
+		all = all[k:]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := e.rd.ReadRun(ctx, ids, ptrs); err != nil {
+				e.log.Debug("read-ahead", "ino", ino, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// readRangeLocked fills p from off, fetching runs of committed extents that
+// sit next to each other in one segment with one request.
+func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64) error {
+	first := uint64(off) / extentSize
+	last := uint64(off+int64(len(p))-1) / extentSize
+	var runIdx []uint64
+	var runIDs []segment.FrameID
+	var runPtrs []segment.Pointer
+	place := func(idx uint64, data []byte) {
+		start := int64(idx) * extentSize
+		lo, hi := max(start, off), min(start+extentSize, off+int64(len(p)))
+		dst := p[lo-off : hi-off]
+		var src []byte
+		if a := lo - start; a < int64(len(data)) {
+			src = data[a:min(int64(len(data)), hi-start)]
+		}
+		k := copy(dst, src)
+		clear(dst[k:])
+	}
+	flush := func() error {
+		if len(runIdx) == 0 {
+			return nil
+		}
+		datas, err := e.rd.ReadRun(ctx, runIDs, runPtrs)
+		if err != nil {
+			return err
+		}
+		for i, idx := range runIdx {
+			place(idx, datas[i])
+		}
+		runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0]
+		return nil
+	}
+	committed, err := e.pointersIn(n.ino, first, last+1)
+	if err != nil {
+		return err
+	}
+	for idx := first; idx <= last; idx++ {
+		for len(committed) > 0 && committed[0].idx < idx {
+			committed = committed[1:]
+		}
+		if b := n.dirty[idx]; b != nil {
+			place(idx, b)
+			continue
+		}
+		if f := n.flushing[idx]; f != nil {
+			place(idx, f.data)
+			continue
+		}
+		if len(committed) == 0 || committed[0].idx != idx {
+			place(idx, nil)
+			continue
+		}
+		ptr := committed[0].p
+		if k := len(runPtrs); k > 0 {
+			prev := runPtrs[k-1]
+			if prev.Segment != ptr.Segment || prev.End() != uint64(ptr.Offset) || k >= 64 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		runIdx = append(runIdx, idx)
+		runIDs = append(runIDs, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen})
+		runPtrs = append(runPtrs, ptr)
+	}
+	return flush()
+}

@@ -1,0 +1,124 @@
+package fs
+
+import (
+	"context"
+	"sync"
+)
+
+// Extent buffers of dirty data are recycled: a sequential writer would
+// otherwise allocate (and the runtime zero) every byte it writes once more.
+// A buffer goes back to the pool only once the commit that made its data
+// durable has removed it from the inode, so no reader can still see it.
+var extentBufs = sync.Pool{New: func() any { return new([extentSize]byte) }}
+
+// getExtentBuf returns an extent buffer with undefined contents.
+func getExtentBuf() []byte { return extentBufs.Get().(*[extentSize]byte)[:] }
+
+// putExtentBuf recycles a buffer from getExtentBuf that nothing references.
+func putExtentBuf(b []byte) {
+	if len(b) == extentSize {
+		extentBufs.Put((*[extentSize]byte)(b))
+	}
+}
+
+// waitDirty blocks while dirty data is over the limit, nudging the flusher.
+func (e *Engine) waitDirty(ctx context.Context) error {
+	for e.dirtyBytes.Load() > e.opts.DirtyLimit {
+		e.waitMu.Lock()
+		ch := e.dirtyWait
+		e.waitMu.Unlock()
+		e.kick()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if e.closed.Load() {
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+func (e *Engine) dirtyDone(delta int64) {
+	e.dirtyBytes.Add(-delta)
+	e.waitMu.Lock()
+	close(e.dirtyWait)
+	e.dirtyWait = make(chan struct{})
+	e.waitMu.Unlock()
+}
+
+func (e *Engine) kick() {
+	select {
+	case e.kickFlush <- struct{}{}:
+	default:
+	}
+}
+
+// Write writes p at off. Data is in memory when Write returns; Barrier
+// makes it durable.
+func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
+	if err := e.writable(); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, ErrInvalid
+	}
+	if off+int64(len(p)) > MaxFileSize {
+		return 0, ErrFileTooBig
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if err := e.waitDirty(ctx); err != nil {
+		return 0, err
+	}
+	n, err := e.acquire(ino)
+	if err != nil {
+		return 0, err
+	}
+	defer e.release(n)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.attr.IsRegular() {
+		if n.attr.IsDir() {
+			return 0, ErrIsDir
+		}
+		return 0, ErrInvalid
+	}
+	end := off + int64(len(p))
+	for pos := off; pos < end; {
+		idx := uint64(pos) / extentSize
+		start := int64(idx) * extentSize
+		lo, hi := pos-start, min(end-start, extentSize)
+		buf := n.dirty[idx]
+		if buf == nil {
+			buf = getExtentBuf()
+			if lo > 0 || hi < extentSize { // the rest of the extent keeps its bytes
+				var base []byte
+				if start < int64(n.attr.Size) {
+					var err error
+					if base, err = e.extentLocked(ctx, n, idx); err != nil {
+						putExtentBuf(buf)
+						return int(pos - off), err
+					}
+				}
+				clear(buf[copy(buf, base):])
+			}
+			n.dirty[idx] = buf
+			e.dirtyBytes.Add(extentSize)
+		}
+		copy(buf[lo:hi], p[pos-off:])
+		pos = start + hi
+	}
+	if uint64(end) > n.attr.Size {
+		n.attr.Size = uint64(end)
+	}
+	n.attr.Mtime = e.now()
+	n.attr.Ctime = n.attr.Mtime
+	n.attrDirty = true
+	if e.dirtyBytes.Load() >= e.opts.SegmentTarget {
+		e.kick()
+	}
+	return len(p), nil
+}
