@@ -174,6 +174,9 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		}
 	}
 	failpoint.Hit("cleaner-before-commit")
+	if e.cleanerHook != nil {
+		e.cleanerHook()
+	}
 	if err := e.commit(b); err != nil {
 		return 0, err
 	}

@@ -35,6 +35,11 @@ func (e *Engine) Barrier(ctx context.Context) error {
 		return err
 	}
 	defer e.unlockFlush()
+	return e.barrierLocked(ctx)
+}
+
+// barrierLocked is Barrier; the caller holds flushMu.
+func (e *Engine) barrierLocked(ctx context.Context) error {
 	if err := e.flushLocked(ctx); err != nil {
 		return err
 	}
@@ -47,6 +52,28 @@ func (e *Engine) Barrier(ctx context.Context) error {
 	}
 	failpoint.Hit("barrier-after-journal")
 	return nil
+}
+
+// BarrierCutoff runs the barrier and, before it releases the flush lock
+// (the publication barrier), captures the reclamation cutoff: an id below
+// which every segment is sealed, committed and in the journal. Taking the
+// cutoff under the lock means no flush can seal a segment between the
+// barrier and the capture; counting ids still in flight (a repack output
+// not yet repointed, an upload whose commit is running) keeps a segment
+// whose counter is only partly committed out of the cycle's view.
+func (e *Engine) BarrierCutoff(ctx context.Context) (uint64, error) {
+	if e.opts.ReadOnly {
+		return 0, ErrReadOnly
+	}
+	if err := e.lockFlush(ctx); err != nil {
+		return 0, err
+	}
+	defer e.unlockFlush()
+	if err := e.barrierLocked(ctx); err != nil {
+		return 0, err
+	}
+	failpoint.Hit("barrier-before-cutoff")
+	return e.SweepHorizon(), nil
 }
 
 // Seal uploads and commits the dirty data without a journal write.
@@ -179,16 +206,10 @@ func (e *Engine) uploadDone(id uint64) {
 // outputs, once repointed or abandoned).
 func (e *Engine) SegmentDone(id uint64) { e.uploadDone(id) }
 
-// SegmentCutoff returns an id above every segment sealed so far: segments
-// below it were sealed before the call.
-func (e *Engine) SegmentCutoff() uint64 {
-	e.inflightMu.Lock()
-	defer e.inflightMu.Unlock()
-	return e.db.Epoch()<<32 | (e.segSeq.Load() + 1)
-}
-
 // SweepHorizon returns the id below which no segment of this process is
-// still being uploaded or committed: the orphan sweep judges only those.
+// still being uploaded or committed: the orphan sweep judges only those,
+// and the reclamation cycle's cutoff is this value taken under the flush
+// lock (BarrierCutoff).
 func (e *Engine) SweepHorizon() uint64 {
 	e.inflightMu.Lock()
 	defer e.inflightMu.Unlock()

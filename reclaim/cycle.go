@@ -64,11 +64,9 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 	}()
 
 	// Seal and flush, so that current == durable for every segment the
-	// scan can see, then capture the cutoff.
-	if err := r.host.Seal(ctx); err != nil {
-		return st, fmt.Errorf("reclaim: seal: %w", err)
-	}
-	if err := r.host.Barrier(ctx); err != nil {
+	// scan can see, and capture the cutoff under the same barrier.
+	cutoff, err := r.host.BarrierCutoff(ctx)
+	if err != nil {
 		return st, fmt.Errorf("reclaim: barrier: %w", err)
 	}
 	if err := r.host.DB().Fenced(); err != nil {
@@ -76,7 +74,7 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 		st.Blocked = "fenced"
 		return st, fmt.Errorf("reclaim: %w", err)
 	}
-	st.Cutoff = r.host.SegmentCutoff()
+	st.Cutoff = cutoff
 	failpoint.Hit("cycle-after-barrier")
 
 	recs, err := r.opts.Checkpoints.List(ctx)

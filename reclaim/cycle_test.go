@@ -389,7 +389,7 @@ func TestSegmentsAboveCutoffIgnored(t *testing.T) {
 	v := newEnv(t)
 	// A counter for an id above every sealed segment (as if sealed after
 	// the cutoff) is neither aged nor repacked.
-	future := v.e.SegmentCutoff() + 100
+	future := v.e.SweepHorizon() + 100
 	b := v.e.DB().NewBatch()
 	b.Merge(schema.CounterKey(future), lsm.CounterDelta(0, 1000, 2000))
 	v.e.DB().Commit(b)

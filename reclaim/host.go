@@ -22,8 +22,11 @@ type Host interface {
 	// Reader is the engine's segment reader (its caches are told to forget
 	// deleted segments).
 	Reader() *segment.Reader
-	// SegmentCutoff is an id above every segment sealed so far.
-	SegmentCutoff() uint64
+	// BarrierCutoff runs the barrier and, under the same publication
+	// barrier, returns the cycle's cutoff: every segment below it is
+	// sealed, fully committed and durable; segments still in flight are
+	// at or above it.
+	BarrierCutoff(ctx context.Context) (uint64, error)
 	// SweepHorizon is the id below which no segment of this process is
 	// still being uploaded or committed.
 	SweepHorizon() uint64

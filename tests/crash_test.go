@@ -66,7 +66,7 @@ func crashCases() []crashCase {
 	// deletion and repack (more than 1000 frames moved by one job). The
 	// cycle points fire at their third hit, in a cycle with work to do.
 	add(crashCase{setup: setupReclaim, work: workReclaim},
-		"cycle-after-barrier=3", "cycle-after-checkpoint-list=3", "cycle-after-scan=3", "cycle-after-deadlines=3",
+		"barrier-before-cutoff=3", "cycle-after-barrier=3", "cycle-after-checkpoint-list=3", "cycle-after-scan=3", "cycle-after-deadlines=3",
 		"delete-after-directory-read", "delete-after-verify", "delete-after-object-delete", "delete-after-counter-removed",
 		"repack-after-gather", "repack-before-upload", "repack-after-upload",
 		"repack-after-repoint", "repack-after-jobs")
