@@ -61,6 +61,7 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 	}
 	if len(exts) > InlineDeleteExtents {
 		b.Set(schema.TombstoneKey(ino), nil)
+		e.opts.Stats.tombstoned()
 		failpoint.Hit("unlink-tombstone-written")
 		select {
 		case e.kickClean <- struct{}{}:
@@ -136,7 +137,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 	defer e.ptrMu.Unlock()
 	b := e.db.NewBatch()
 	defer b.Close()
-	removed := 0
+	removed, dropped, freed := 0, 0, int64(0)
 	for _, ino := range tombs {
 		if removed >= CleanerBatch {
 			break
@@ -160,6 +161,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 			b.Delete(append([]byte(nil), it.Key()...))
 			b.Merge(schema.CounterKey(p.Segment), countDelta(-int64(p.Length), 0, 0))
 			removed++
+			freed += int64(p.Length)
 			if removed%1000 == 0 {
 				failpoint.Hit("cleaner-mid-batch")
 			}
@@ -171,6 +173,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		}
 		if empty {
 			b.Delete(schema.TombstoneKey(ino))
+			dropped++
 		}
 	}
 	failpoint.Hit("cleaner-before-commit")
@@ -181,6 +184,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	failpoint.Hit("cleaner-after-commit")
+	e.opts.Stats.cleaned(dropped, removed, freed)
 	if removed > 0 {
 		e.deadBytes()
 	}

@@ -29,6 +29,7 @@ type Options struct {
 	Logger      *slog.Logger
 	Clock       clock.Clock
 	Events      Events // reclamation hooks; may be nil
+	Stats       *Stats // counters of the cleaner and barriers; may be nil
 	// DeferBackground leaves the flusher and the tombstone cleaner to a
 	// later StartBackground (ebbfs run starts them once the mount is up).
 	DeferBackground bool

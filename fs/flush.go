@@ -27,10 +27,11 @@ func (e *Engine) deadBytes() {
 // Barrier makes everything written before it durable: it seals and uploads
 // the dirty data, commits its pointers, and appends the metadata batches
 // since the last barrier to the journal. It succeeds only if all of that did.
-func (e *Engine) Barrier(ctx context.Context) error {
+func (e *Engine) Barrier(ctx context.Context) (err error) {
 	if e.opts.ReadOnly {
 		return nil
 	}
+	defer func(start time.Time) { e.opts.Stats.barrierDone(start, err) }(time.Now())
 	if err := e.lockFlush(ctx); err != nil {
 		return err
 	}

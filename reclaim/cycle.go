@@ -76,6 +76,7 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 	}
 	st.Cutoff = cutoff
 	failpoint.Hit("cycle-after-barrier")
+	r.live.setPhase(PhaseCheckpoints)
 
 	recs, err := r.opts.Checkpoints.List(ctx)
 	if err != nil {
@@ -83,6 +84,7 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 		return st, fmt.Errorf("reclaim: checkpoint list unreadable, reclaiming nothing: %w", err)
 	}
 	failpoint.Hit("cycle-after-checkpoint-list")
+	r.live.setPhase(PhaseScan)
 	h, err := checkpoint.HorizonOf(recs)
 	if err != nil {
 		st.Blocked = "invalid checkpoint record"
@@ -146,11 +148,13 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 
 	var errs []error
 	if len(due) > 0 {
+		r.live.setPhase(PhaseDelete)
 		if err := r.deleteDue(ctx, due, &st); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(cands) > 0 && !r.closed() {
+		r.live.setPhase(PhaseRepack)
 		if err := r.repack(ctx, cands, &st); err != nil {
 			errs = append(errs, err)
 		}

@@ -125,6 +125,8 @@ type MetaGC struct {
 		started, closed bool
 		last            MetaGCPass
 		passes          int
+		totals          MetaGCTotals
+		next            time.Time // wall time of the next timed pass (zero: not started)
 	}
 }
 
@@ -168,6 +170,26 @@ func (g *MetaGC) Close() {
 	g.wg.Wait()
 }
 
+// MetaGCTotals are cumulative counts over every pass since start.
+type MetaGCTotals struct {
+	Passes  map[string]uint64 `json:"passes"` // by result: ok, error
+	Deleted uint64            `json:"deleted"`
+	Bytes   uint64            `json:"bytes"`
+}
+
+// Totals returns the cumulative counts and when the next timed pass is due
+// (zero if the worker is not running).
+func (g *MetaGC) Totals() (MetaGCTotals, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.mu.totals
+	t.Passes = map[string]uint64{ResultOK: 0, ResultError: 0}
+	for k, v := range g.mu.totals.Passes {
+		t.Passes[k] = v
+	}
+	return t, g.mu.next
+}
+
 // LastPass returns the worker's last pass and how many it has run.
 func (g *MetaGC) LastPass() (MetaGCPass, int) {
 	g.mu.Lock()
@@ -192,6 +214,9 @@ func (g *MetaGC) loop() {
 	var lastHorizon uint64
 	cleanPasses := 0
 	for {
+		g.mu.Lock()
+		g.mu.next = g.o.Clock.Now().Add(wait)
+		g.mu.Unlock()
 		triggered := false
 		select {
 		case <-g.ctx.Done():
@@ -250,6 +275,7 @@ func (g *MetaGC) RunOnce(ctx context.Context) (MetaGCStats, error) {
 		st.Kept = p.listed - len(p.del)
 		err = g.delete(ctx, p, &st)
 	}
+	g.count(st, err)
 	log := g.o.Logger.Info
 	if err != nil {
 		log = g.o.Logger.Warn
@@ -257,6 +283,22 @@ func (g *MetaGC) RunOnce(ctx context.Context) (MetaGCStats, error) {
 	log("reclaim: metadata gc pass", "deleted", st.Deleted, "bytes", st.Bytes, "kept", st.Kept,
 		"horizon", p.horizon, "checkpoints", p.checkpoints, "duration", g.o.Clock.Mono()-start, "err", err)
 	return st, err
+}
+
+// count adds a pass to the totals.
+func (g *MetaGC) count(st MetaGCStats, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mu.totals.Passes == nil {
+		g.mu.totals.Passes = map[string]uint64{}
+	}
+	res := ResultOK
+	if err != nil {
+		res = ResultError
+	}
+	g.mu.totals.Passes[res]++
+	g.mu.totals.Deleted += uint64(st.Deleted)
+	g.mu.totals.Bytes += uint64(st.Bytes)
 }
 
 // metaPlan is what a pass decided to delete.

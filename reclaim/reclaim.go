@@ -94,6 +94,8 @@ type Reclaimer struct {
 		sleepUntil time.Duration
 	}
 
+	live liveState // what the stages are doing, and totals (state.go)
+
 	// Test overrides (0: the constants).
 	chunkForTests  int   // RepointChunk
 	budgetForTests int64 // JobBudget
@@ -139,6 +141,7 @@ func New(o Options) (*Reclaimer, error) {
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.mu.deadlines = map[uint64]time.Duration{}
+	r.live.init()
 	return r, nil
 }
 
@@ -156,6 +159,7 @@ func (r *Reclaimer) Start() {
 	r.mu.started = true
 	r.mu.pending = true
 	r.mu.Unlock()
+	r.live.noteTrigger(TriggerStartup)
 	if !r.opts.DisableSweep {
 		r.scheduleFirstSweep()
 	}
@@ -203,8 +207,10 @@ func (r *Reclaimer) closed() bool {
 	return r.mu.closed
 }
 
-// trigger asks for a cycle (coalesced to the flush interval).
-func (r *Reclaimer) trigger() {
+// trigger asks for a cycle (coalesced to the flush interval); why is
+// reported by Activity.
+func (r *Reclaimer) trigger(why string) {
+	r.live.noteTrigger(why)
 	r.mu.Lock()
 	r.mu.pending = true
 	r.mu.idle = false
@@ -213,13 +219,13 @@ func (r *Reclaimer) trigger() {
 }
 
 // DeadBytes implements fs.Events: a committed batch debited counters.
-func (r *Reclaimer) DeadBytes() { r.trigger() }
+func (r *Reclaimer) DeadBytes() { r.trigger(TriggerDead) }
 
 // Sealed implements fs.Events: a segment under SmallSegment triggers a
 // cycle (it is a repack candidate).
 func (r *Reclaimer) Sealed(segID uint64, size int64) {
 	if size < SmallSegment {
-		r.trigger()
+		r.trigger(TriggerSmall)
 	}
 }
 
@@ -242,7 +248,7 @@ func (t *Triggers) Attach(r *Reclaimer) {
 	defer t.attachM.Unlock()
 	t.r.Store(r)
 	if t.missed.Swap(false) {
-		r.trigger()
+		r.trigger(TriggerDead)
 	}
 }
 
@@ -356,7 +362,7 @@ func (r *Reclaimer) worker() {
 			reqs := r.mu.runReqs
 			r.mu.runReqs = nil
 			r.mu.Unlock()
-			st, err := r.runScheduledCycle()
+			st, err := r.runScheduledCycle(TriggerManual)
 			answer(reqs, result[CycleStats]{st, err})
 			continue
 		}
@@ -375,8 +381,14 @@ func (r *Reclaimer) worker() {
 		}
 		next := r.nextCycleLocked()
 		if next <= now {
+			why := TriggerDeadline
+			if r.mu.pending {
+				why = ""
+			} else if r.mu.retryAt > 0 && r.mu.retryAt <= now {
+				why = TriggerRetry
+			}
 			r.mu.Unlock()
-			r.runScheduledCycle()
+			r.runScheduledCycle(why)
 			continue
 		}
 		if r.mu.sweepKnown {
@@ -398,8 +410,13 @@ func (r *Reclaimer) worker() {
 	}
 }
 
-// runScheduledCycle runs one cycle and updates the schedule from it.
-func (r *Reclaimer) runScheduledCycle() (CycleStats, error) {
+// runScheduledCycle runs one cycle and updates the schedule from it; why
+// is its trigger ("": the pending trigger's reason).
+func (r *Reclaimer) runScheduledCycle(why string) (CycleStats, error) {
+	if pending := r.live.takePending(); why == "" {
+		why = pending
+	}
+	r.live.cycleStart(why, r.clk.Now())
 	r.mu.Lock()
 	r.mu.pending = false
 	r.mu.ranCycle = true
@@ -414,5 +431,6 @@ func (r *Reclaimer) runScheduledCycle() (CycleStats, error) {
 	r.mu.lastStats = st
 	r.mu.cycles++
 	r.mu.Unlock()
+	r.live.cycleEnd(st, err, r.clk.Now())
 	return st, err
 }

@@ -152,6 +152,8 @@ type frameRun struct {
 // old frames.
 func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 	var js jobStats
+	live := r.live.jobStart(j, r.clk.Now())
+	defer r.live.jobEnd(live)
 	var runs []frameRun
 	for _, src := range j.srcs {
 		_, entries, err := r.readDirectory(ctx, src.id, src.size)
@@ -168,7 +170,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 		}
 		runs = append(runs, groupRuns(src.id, ref.live)...)
 	}
-	frames, err := r.fetchRuns(ctx, runs)
+	frames, err := r.fetchRuns(ctx, runs, live)
 	if err != nil {
 		return js, fmt.Errorf("reclaim: repack: %w", err)
 	}
@@ -186,6 +188,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 
 	out := r.host.NewSegmentID()
 	defer r.host.SegmentDone(out)
+	r.live.jobUpdate(live, func(j *RepackJob) { j.Output, j.Phase = fmt.Sprintf("%016x", out), "upload" })
 	b := segment.NewBuilder(r.opts.Keys, out, segment.CodecNone)
 	var total int64
 	for _, f := range frames {
@@ -212,6 +215,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 	}
 	js.bytes = frameBytes
 	failpoint.Hit("repack-after-upload")
+	r.live.jobUpdate(live, func(j *RepackJob) { j.Phase = "repoint" })
 	chunk := r.repointChunk()
 	for i := 0; i < len(moves); i += chunk {
 		part := moves[i:min(i+chunk, len(moves))]
@@ -226,6 +230,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 			return js, fmt.Errorf("reclaim: repack: repoint into %016x: %w", out, err)
 		}
 		js.moved += n
+		r.live.jobUpdate(live, func(j *RepackJob) { j.Moved = js.moved })
 		if i+chunk < len(moves) {
 			failpoint.Hit("repack-mid-repoint")
 		}
@@ -266,7 +271,7 @@ func groupRuns(src uint64, live []liveFrame) []frameRun {
 
 // fetchRuns fetches runs, FetchParallel at a time, authenticating every
 // frame so a damaged one is never copied.
-func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun) ([]fetched, error) {
+func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun, live *RepackJob) ([]fetched, error) {
 	results := make([][]fetched, len(runs))
 	var (
 		wg       sync.WaitGroup
@@ -302,9 +307,12 @@ func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun) ([]fetched, 
 				return
 			}
 			out := make([]fetched, len(bufs))
+			var got int64
 			for k := range bufs {
 				out[k] = fetched{lf: run.frames[k], frame: bufs[k]}
+				got += int64(len(bufs[k]))
 			}
+			r.live.jobUpdate(live, func(j *RepackJob) { j.Gathered += got })
 			results[i] = out
 		}(i, run)
 	}

@@ -17,6 +17,10 @@ type SpaceReport struct {
 	SegmentCount int   // segments with a counter
 	SegmentBytes int64 // their object bytes
 
+	// LiveSegments hold live data; FragmentedSegments are those of them
+	// that also hold dead frames.
+	LiveSegments       int
+	FragmentedSegments int
 	// FragmentedBytes are dead frame bytes inside segments that still hold
 	// live data (repack's work).
 	FragmentedBytes int64
@@ -53,6 +57,38 @@ type SpaceReport struct {
 
 // Space reports where the filesystem's bytes are.
 func (r *Reclaimer) Space(ctx context.Context) (SpaceReport, error) {
+	rep, err := r.SpaceLocal()
+	if err != nil {
+		return rep, err
+	}
+	recs, err := r.opts.Checkpoints.List(ctx)
+	if err != nil {
+		rep.CheckpointError = err.Error()
+	} else {
+		rep.AddPinned(recs)
+	}
+	return rep, nil
+}
+
+// AddPinned fills in Pinned (and CheckpointError for an invalid record)
+// from the checkpoint list.
+func (rep *SpaceReport) AddPinned(recs []checkpoint.Record) {
+	rep.Pinned = nil
+	h, err := checkpoint.HorizonOf(recs)
+	if err != nil {
+		rep.CheckpointError = err.Error()
+	}
+	if len(h.PinnedBy) > 0 {
+		rep.Pinned = map[string]int64{}
+		for _, n := range h.PinnedBy {
+			rep.Pinned[n] = rep.DeadBytes + rep.FragmentedBytes
+		}
+	}
+}
+
+// SpaceLocal is Space without the checkpoint part (Pinned): it reads only
+// local metadata and sends no request.
+func (r *Reclaimer) SpaceLocal() (SpaceReport, error) {
 	var rep SpaceReport
 	entries, err := r.scanCounters()
 	if err != nil {
@@ -75,6 +111,10 @@ func (r *Reclaimer) Space(ctx context.Context) (SpaceReport, error) {
 			continue
 		}
 		rep.LiveBytes += c.live
+		rep.LiveSegments++
+		if c.total > c.live {
+			rep.FragmentedSegments++
+		}
 		rep.FragmentedBytes += max(c.total-c.live, 0)
 	}
 	if earliest != never {
@@ -85,22 +125,6 @@ func (r *Reclaimer) Space(ctx context.Context) (SpaceReport, error) {
 		rep.NextSweep = nowWall.Add(r.mu.sweepAt - nowMono)
 	}
 	r.mu.Unlock()
-
-	recs, err := r.opts.Checkpoints.List(ctx)
-	if err != nil {
-		rep.CheckpointError = err.Error()
-	} else {
-		h, err := checkpoint.HorizonOf(recs)
-		if err != nil {
-			rep.CheckpointError = err.Error()
-		}
-		if len(h.PinnedBy) > 0 {
-			rep.Pinned = map[string]int64{}
-			for _, n := range h.PinnedBy {
-				rep.Pinned[n] = rep.DeadBytes + rep.FragmentedBytes
-			}
-		}
-	}
 
 	if err := r.tombstones(&rep); err != nil {
 		return rep, err

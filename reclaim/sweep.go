@@ -92,7 +92,9 @@ func (r *Reclaimer) scheduleFirstSweep() {
 // after this one started if it completed, after a back-off otherwise.
 func (r *Reclaimer) runScheduledSweep() (SweepStats, error) {
 	start := r.clk.Mono()
+	r.live.sweepStart()
 	st, err := r.sweep(r.ctx)
+	r.live.sweepEnd(st, err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mu.sweeps++
