@@ -10,8 +10,9 @@
 //
 // Persisted state: the wall time of the last completed orphan sweep, under
 // the system key "s" + "reclaim.last-sweep" (8-byte big-endian Unix
-// nanoseconds). Deadlines live in memory only: after a restart, dead
-// segments get a fresh full grace period.
+// nanoseconds); and at a clean stop the remaining grace of each pending
+// deletion, under "s" + "reclaim.deadlines" (deadlines.go), which the next
+// writer continues. After a crash, dead segments get a fresh full grace.
 //
 // Decisions where DESIGN.md is silent:
 //
@@ -49,6 +50,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -141,6 +143,7 @@ func New(o Options) (*Reclaimer, error) {
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.mu.deadlines = map[uint64]time.Duration{}
+	r.restoreDeadlines()
 	r.live.init()
 	return r, nil
 }
@@ -190,6 +193,10 @@ func (r *Reclaimer) Close() error {
 		<-r.done
 	} else {
 		close(r.done)
+	}
+	err := r.saveDeadlines()
+	if err != nil && !errors.Is(err, lsm.ErrClosed) {
+		r.log.Warn("reclaim: cannot record the remaining deadlines; the next writer gives dead segments a full grace", "err", err)
 	}
 	return r.rd.Close()
 }
