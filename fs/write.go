@@ -58,6 +58,19 @@ func (e *Engine) kick() {
 // Write writes p at off. Data is in memory when Write returns; Barrier
 // makes it durable.
 func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
+	return e.write(ctx, ino, p, off, false)
+}
+
+// WriteWithin writes the part of p that lies below the file's current
+// size, never extending the file, and returns how many bytes that was (0
+// at or past the end). The size is the one under the inode lock, so a
+// concurrent truncate is never undone. The NBD server writes through it:
+// an export is as large as its file.
+func (e *Engine) WriteWithin(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
+	return e.write(ctx, ino, p, off, true)
+}
+
+func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, within bool) (int, error) {
 	if err := e.writable(); err != nil {
 		return 0, err
 	}
@@ -86,6 +99,12 @@ func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (in
 		}
 		return 0, ErrInvalid
 	}
+	if within {
+		if uint64(off) >= n.attr.Size {
+			return 0, nil
+		}
+		p = p[:min(uint64(len(p)), n.attr.Size-uint64(off))]
+	}
 	end := off + int64(len(p))
 	for pos := off; pos < end; {
 		idx := uint64(pos) / extentSize
@@ -100,6 +119,11 @@ func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (in
 					var err error
 					if base, err = e.extentLocked(ctx, n, idx); err != nil {
 						putExtentBuf(buf)
+						// The bytes already copied are written: the
+						// size and times must say so.
+						if pos > off {
+							e.wrote(n, pos)
+						}
 						return int(pos - off), err
 					}
 				}
@@ -111,14 +135,20 @@ func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (in
 		copy(buf[lo:hi], p[pos-off:])
 		pos = start + hi
 	}
+	e.wrote(n, end)
+	if e.dirtyBytes.Load() >= e.opts.SegmentTarget {
+		e.kick()
+	}
+	return len(p), nil
+}
+
+// wrote records a write that ended at end: the size grows to cover it and
+// the times change. Caller holds n.mu.
+func (e *Engine) wrote(n *inode, end int64) {
 	if uint64(end) > n.attr.Size {
 		n.attr.Size = uint64(end)
 	}
 	n.attr.Mtime = e.now()
 	n.attr.Ctime = n.attr.Mtime
 	n.attrDirty = true
-	if e.dirtyBytes.Load() >= e.opts.SegmentTarget {
-		e.kick()
-	}
-	return len(p), nil
 }

@@ -35,11 +35,19 @@ type ExportInfo struct {
 // matching NBD error; every other error is reported as EIO.
 type Export interface {
 	// Size returns the current size in bytes. The file may be resized
-	// through the mount while the export is open.
+	// through the mount while the export is open. The server calls it once
+	// per request and checks the request's range against that value; the
+	// other methods need not read it again.
 	Size() (int64, error)
-	// ReadAt fills p from offset off. The range is within Size.
+	// ReadAt fills p from offset off. The range was within Size; whatever
+	// lies past the end of a file that has shrunk since reads as zeroes.
 	ReadAt(ctx context.Context, p []byte, off int64) error
-	// WriteAt writes p at offset off. The range is within Size.
+	// WriteAt writes p at offset off. The range was within Size; WriteAt
+	// must never extend the export, and fails (ENOSPC) if it has shrunk
+	// below the end of the range since.
+	//
+	// WriteAt, Trim, Zero and Flush are called with a context that is
+	// never cancelled: once started, they run to their end.
 	WriteAt(ctx context.Context, p []byte, off int64) error
 	// Trim punches a hole: the range reads as zeroes afterwards and its
 	// space is freed.

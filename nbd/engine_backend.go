@@ -257,16 +257,21 @@ func (x *engineExport) Size() (int64, error) {
 	return int64(a.Size), nil
 }
 
-// checkRange validates a request range and returns the current size.
-func (x *engineExport) checkRange(off, length int64) (int64, error) {
-	if off < 0 || length < 0 {
-		return 0, fmt.Errorf("nbd: export %q: range %d+%d: %w", x.name, off, length, syscall.EINVAL)
+// checkRange validates a request range. It does not read the size: the
+// server read it once for the request and checked the range against it;
+// the engine clamps what it does to the size it sees under the inode lock.
+func (x *engineExport) checkRange(off, length int64) error {
+	if x.closed.Load() {
+		return errExportClosed
 	}
-	return x.Size()
+	if off < 0 || length < 0 {
+		return fmt.Errorf("nbd: export %q: range %d+%d: %w", x.name, off, length, syscall.EINVAL)
+	}
+	return nil
 }
 
 func (x *engineExport) ReadAt(ctx context.Context, p []byte, off int64) error {
-	if _, err := x.checkRange(off, int64(len(p))); err != nil {
+	if err := x.checkRange(off, int64(len(p))); err != nil {
 		return err
 	}
 	n, err := x.e.Read(ctx, x.ino, p, off)
@@ -279,23 +284,21 @@ func (x *engineExport) ReadAt(ctx context.Context, p []byte, off int64) error {
 	return nil
 }
 
+// WriteAt writes through Engine.WriteWithin, which never grows the file:
+// if it shrank after the server checked the range, the part past the new
+// end is not written and the request fails with ENOSPC (what the server
+// answers for a write past the end).
 func (x *engineExport) WriteAt(ctx context.Context, p []byte, off int64) error {
-	size, err := x.checkRange(off, int64(len(p)))
-	if err != nil {
+	if err := x.checkRange(off, int64(len(p))); err != nil {
 		return err
 	}
-	if int64(len(p)) > size-off || off > size {
-		// The server checks against the size it announced; the file may
-		// have shrunk since. Never grow it from here.
-		return fmt.Errorf("nbd: export %q: write %d+%d past the end %d: %w", x.name, off, len(p), size, syscall.ENOSPC)
-	}
 	for len(p) > 0 {
-		n, err := x.e.Write(ctx, x.ino, p, off)
+		n, err := x.e.WriteWithin(ctx, x.ino, p, off)
 		if err != nil {
 			return fmt.Errorf("nbd: export %q: write %d+%d: %w", x.name, off, len(p), engineErr(err))
 		}
 		if n <= 0 {
-			return fmt.Errorf("nbd: export %q: write %d+%d made no progress: %w", x.name, off, len(p), syscall.EIO)
+			return fmt.Errorf("nbd: export %q: write %d+%d past the end of the file: %w", x.name, off, len(p), syscall.ENOSPC)
 		}
 		p, off = p[n:], off+int64(n)
 	}
@@ -303,7 +306,7 @@ func (x *engineExport) WriteAt(ctx context.Context, p []byte, off int64) error {
 }
 
 func (x *engineExport) Trim(ctx context.Context, off, length int64) error {
-	if _, err := x.checkRange(off, length); err != nil {
+	if err := x.checkRange(off, length); err != nil {
 		return err
 	}
 	// Punch clamps the range to the file's size itself.
@@ -315,7 +318,7 @@ func (x *engineExport) Trim(ctx context.Context, off, length int64) error {
 
 func (x *engineExport) Zero(ctx context.Context, off, length int64, mayTrim bool) error {
 	if mayTrim {
-		if _, err := x.checkRange(off, length); err != nil {
+		if err := x.checkRange(off, length); err != nil {
 			return err
 		}
 		if err := x.e.Punch(ctx, x.ino, off, length); err != nil {
@@ -330,13 +333,13 @@ func (x *engineExport) Zero(ctx context.Context, off, length int64, mayTrim bool
 }
 
 // zeroNoHole writes zeroes over the parts of [off, off+length) that hold
-// data, clamped to the file's size, at most zeroChunk bytes per write.
+// data, at most zeroChunk bytes per write. The writes never extend the
+// file (Engine.WriteWithin), so a concurrent shrink is not undone.
 func (x *engineExport) zeroNoHole(ctx context.Context, off, length int64) error {
-	size, err := x.checkRange(off, length)
-	if err != nil {
+	if err := x.checkRange(off, length); err != nil {
 		return err
 	}
-	end := off + min(length, max(0, size-off))
+	end := off + length
 	for pos := off; pos < end; {
 		data, err := x.e.SeekData(ctx, x.ino, pos)
 		if errors.Is(err, fs.ErrNoData) {
@@ -362,22 +365,13 @@ func (x *engineExport) zeroNoHole(ctx context.Context, off, length int64) error 
 		}
 		hole = min(hole, end)
 		for p := data; p < hole; {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			// Re-read the size before each chunk so a concurrent
-			// shrink is not undone by writing past the new end.
-			cur, err := x.Size()
+			n := min(hole-p, zeroChunk)
+			w, err := x.e.WriteWithin(ctx, x.ino, zeroes[:n], p)
 			if err != nil {
-				return err
-			}
-			n := min(hole, cur) - p
-			if n <= 0 {
-				return nil
-			}
-			n = min(n, zeroChunk)
-			if _, err := x.e.Write(ctx, x.ino, zeroes[:n], p); err != nil {
 				return engineErr(err)
+			}
+			if int64(w) < n {
+				return nil // the file ends here now
 			}
 			p += n
 		}

@@ -1,6 +1,7 @@
 package nbd
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -155,7 +156,18 @@ func (c *conn) handle(r *request) {
 
 // do executes r. It returns the NBD error, READ data, and the backend error
 // to log (nil for protocol errors the client caused).
+//
+// Only READ runs on the connection's context. FLUSH, FUA, WRITE, TRIM and
+// WRITE_ZEROES run on a context that nothing cancels: once one has started
+// changing the export (or making it durable) it runs to its end, whether
+// the client hangs up or the server shuts down (Server.Close waits for it),
+// so a barrier is never abandoned half way and a reply, when one can still
+// be sent, is the real result.
+//
+// The export's size is read once per request, here, and the range checks
+// use that value; the backend never grows a file past its size.
 func (c *conn) do(r *request) (uint32, []byte, error) {
+	keep := context.WithoutCancel(c.ctx)
 	known := cmdFlagFUA
 	if r.typ == cmdWriteZeroes {
 		known |= cmdFlagNoHole
@@ -165,7 +177,7 @@ func (c *conn) do(r *request) (uint32, []byte, error) {
 	}
 	switch r.typ {
 	case cmdFlush:
-		if err := c.exp.Flush(c.ctx); err != nil {
+		if err := c.exp.Flush(keep); err != nil {
 			return errnoOf(err), nil, err
 		}
 		return errnoOK, nil, nil
@@ -179,12 +191,11 @@ func (c *conn) do(r *request) (uint32, []byte, error) {
 	if r.typ != cmdRead && c.readOnly {
 		return errnoPerm, nil, nil
 	}
-	size := c.size
 	cur, err := c.exp.Size()
 	if err != nil {
 		return errnoIO, nil, fmt.Errorf("size: %w", err)
 	}
-	size = min(size, cur)
+	size := min(c.size, cur)
 	if r.off > uint64(size) || uint64(r.length) > uint64(size)-r.off {
 		if r.typ == cmdWrite || r.typ == cmdWriteZeroes {
 			return errnoNoSpc, nil, nil
@@ -203,14 +214,14 @@ func (c *conn) do(r *request) (uint32, []byte, error) {
 		}
 		return errnoOK, buf, nil
 	case cmdWrite:
-		err = c.exp.WriteAt(c.ctx, r.data, off)
+		err = c.exp.WriteAt(keep, r.data, off)
 	case cmdTrim:
-		err = c.exp.Trim(c.ctx, off, n)
+		err = c.exp.Trim(keep, off, n)
 	case cmdWriteZeroes:
-		err = c.exp.Zero(c.ctx, off, n, r.flags&cmdFlagNoHole == 0)
+		err = c.exp.Zero(keep, off, n, r.flags&cmdFlagNoHole == 0)
 	}
 	if err == nil && r.flags&cmdFlagFUA != 0 {
-		err = c.exp.Flush(c.ctx)
+		err = c.exp.Flush(keep)
 	}
 	if err != nil {
 		return errnoOf(err), nil, err

@@ -39,6 +39,7 @@ func (n *Node) owner(ctx context.Context, mode uint32) (uid, gid, outMode uint32
 }
 
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = keep(ctx)
 	mode = ebbfs.ModeDir | mode&0o7777
 	uid, gid, mode, errno := n.owner(ctx, mode)
 	if errno != 0 {
@@ -52,6 +53,7 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = keep(ctx)
 	typ := mode & ebbfs.ModeType
 	switch typ {
 	case 0, ebbfs.ModeRegular:
@@ -83,6 +85,7 @@ func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 }
 
 func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = keep(ctx)
 	uid, gid, _, errno := n.owner(ctx, ebbfs.ModeSymlink|0o777)
 	if errno != 0 {
 		return nil, errno
@@ -103,6 +106,7 @@ func (n *Node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = keep(ctx)
 	t, ok := target.(*Node)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -115,14 +119,15 @@ func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *Node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.fsys.toErrno(n.fsys.e.Unlink(ctx, n.ino(), name), "unlink", n.ino())
+	return n.fsys.toErrno(n.fsys.e.Unlink(keep(ctx), n.ino(), name), "unlink", n.ino())
 }
 
 func (n *Node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.fsys.toErrno(n.fsys.e.Rmdir(ctx, n.ino(), name), "rmdir", n.ino())
+	return n.fsys.toErrno(n.fsys.e.Rmdir(keep(ctx), n.ino(), name), "rmdir", n.ino())
 }
 
 func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = keep(ctx)
 	np, ok := newParent.(*Node)
 	if !ok {
 		return syscall.EXDEV

@@ -33,9 +33,12 @@
 //     readable until its last close and is deleted then.
 //   - fsync and fsyncdir run the engine's barrier; flush (close) does
 //     nothing, since writes are already in the engine.
-//   - Interrupts: the request context is passed to the engine, so a call
-//     the engine abandons because the caller was signalled returns EINTR
-//     (runtimes such as Go's and Python's retry it). Release ignores them.
+//   - Interrupts (interrupt.go): a call may return EINTR only while it has
+//     changed nothing. fsync, fdatasync, fsyncdir and msync run the barrier
+//     to its end and return its real result; every namespace and attribute
+//     change runs to its end; write and copy_file_range return the bytes
+//     already copied; reads and lookups may be cut short. Release ignores
+//     interrupts.
 //   - Engine errors outside the documented sentinels become EIO and are
 //     logged once, at error level, with the operation and inode; ENOSPC and
 //     EDQUOT from the local cache pass through.

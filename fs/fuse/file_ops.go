@@ -37,7 +37,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// Without atomic_o_trunc the kernel truncates with a separate SETATTR
 	// and strips O_TRUNC; honour it anyway should it arrive.
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-		if _, err := n.fsys.e.SetAttr(ctx, n.ino(), ebbfs.SetAttr{Valid: ebbfs.SetSize}); err != nil {
+		if _, err := n.fsys.e.SetAttr(keep(ctx), n.ino(), ebbfs.SetAttr{Valid: ebbfs.SetSize}); err != nil {
 			n.release()
 			return nil, 0, n.fsys.toErrno(err, "open", n.ino())
 		}
@@ -52,6 +52,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 const openFlags = fuse.FOPEN_KEEP_CACHE
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = keep(ctx) // the file exists from the engine's Create on
 	mode = ebbfs.ModeRegular | mode&0o7777
 	uid, gid, mode, errno := n.owner(ctx, mode)
 	if errno != 0 {
@@ -128,11 +129,12 @@ func (n *Node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 		return nil, syscall.EINVAL
 	}
 	nr, err := n.fsys.e.Read(ctx, n.ino(), dest, off)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, n.fsys.toErrno(err, "read", n.ino())
-	}
 	if nr < 0 || nr > len(dest) {
 		return nil, n.fsys.toErrno(errors.New("engine read returned a bad count"), "read", n.ino())
+	}
+	if err != nil && !errors.Is(err, io.EOF) && nr == 0 {
+		// Bytes already read are returned, like read(2) cut short.
+		return nil, n.fsys.toErrno(err, "read", n.ino())
 	}
 	return fuse.ReadResultData(dest[:nr]), 0
 }
@@ -150,10 +152,12 @@ func (n *Node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 		return 0, syscall.EFBIG
 	}
 	if uid, _ := caller(ctx); uid != 0 && hasPrivs(n.mode.Load()) {
-		if errno := n.dropPrivs(ctx); errno != 0 {
+		if errno := n.dropPrivs(keep(ctx)); errno != 0 {
 			return 0, errno
 		}
 	}
+	// The request context: the engine honours an interrupt only before it
+	// copies anything, and reports the bytes copied otherwise.
 	nw, err := n.fsys.e.Write(ctx, n.ino(), data, off)
 	if nw < 0 || nw > len(data) {
 		return 0, n.fsys.toErrno(errors.New("engine write returned a bad count"), "write", n.ino())
@@ -193,8 +197,10 @@ func (n *Node) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno { retur
 
 // Fsync (and fsyncdir) runs the engine's durability barrier, which makes
 // everything written so far durable, this file included.
+// It is never abandoned on an interrupt (see interrupt.go): the call
+// returns the barrier's real result.
 func (n *Node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	return n.fsys.toErrno(n.fsys.e.Barrier(ctx), "fsync", n.ino())
+	return n.fsys.toErrno(n.fsys.e.Barrier(keep(ctx)), "fsync", n.ino())
 }
 
 func (n *Node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
@@ -204,6 +210,7 @@ func (n *Node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size u
 	if off+size > ebbfs.MaxFileSize {
 		return syscall.EFBIG
 	}
+	ctx = keep(ctx)
 	var err error
 	switch mode {
 	case 0:
@@ -266,7 +273,7 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 		return 0, syscall.EFBIG
 	}
 	if uid, _ := caller(ctx); uid != 0 && hasPrivs(dst.mode.Load()) {
-		if errno := dst.dropPrivs(ctx); errno != 0 {
+		if errno := dst.dropPrivs(keep(ctx)); errno != 0 {
 			return 0, errno
 		}
 	}

@@ -130,6 +130,7 @@ func (n *Node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 }
 
 func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = keep(ctx) // a truncate must not stop half way (interrupt.go)
 	var sa ebbfs.SetAttr
 	if m, ok := in.GetMode(); ok {
 		sa.Valid |= ebbfs.SetMode

@@ -36,11 +36,11 @@ func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	}
 	// go-fuse reuses the request buffer; the engine may keep the slice.
 	v := append([]byte(nil), data...)
-	return n.fsys.toErrno(n.fsys.e.SetXattr(ctx, n.ino(), attr, v, flags), "setxattr", n.ino())
+	return n.fsys.toErrno(n.fsys.e.SetXattr(keep(ctx), n.ino(), attr, v, flags), "setxattr", n.ino())
 }
 
 func (n *Node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return n.fsys.toErrno(n.fsys.e.RemoveXattr(ctx, n.ino(), attr), "removexattr", n.ino())
+	return n.fsys.toErrno(n.fsys.e.RemoveXattr(keep(ctx), n.ino(), attr), "removexattr", n.ino())
 }
 
 func (n *Node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
