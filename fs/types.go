@@ -128,6 +128,7 @@ var (
 	ErrTooManyLinks = errors.New("too many links")
 	ErrNoData       = errors.New("no data past offset")
 	ErrPermission   = errors.New("operation not permitted")
+	ErrNoSpace      = errors.New("no space left on device") // [filesystem] max_size reached
 	ErrFenced       = errors.New("this writer was fenced by a newer writer")
 	ErrClosed       = errors.New("filesystem is closed")
 )

@@ -234,7 +234,7 @@ func engineErr(err error) error {
 		errno = syscall.ESHUTDOWN
 	case errors.Is(err, fs.ErrInvalid):
 		errno = syscall.EINVAL
-	case errors.Is(err, fs.ErrFileTooBig):
+	case errors.Is(err, fs.ErrFileTooBig), errors.Is(err, fs.ErrNoSpace):
 		errno = syscall.ENOSPC
 	case errors.Is(err, fs.ErrPermission):
 		errno = syscall.EPERM

@@ -29,7 +29,16 @@ var errnoTable = []struct {
 	{ebbfs.ErrNotSupported, syscall.EOPNOTSUPP},
 	{ebbfs.ErrTooManyLinks, syscall.EMLINK},
 	{ebbfs.ErrNoData, syscall.ENXIO},
+	{ebbfs.ErrPermission, syscall.EPERM},
+	{ebbfs.ErrNoSpace, syscall.ENOSPC},
 }
+
+// eioSentinels are the engine's sentinel errors that are EIO on purpose:
+// the filesystem can no longer serve (a newer writer took over, or it is
+// shutting down), which is an I/O error to the caller and worth the log
+// line toErrno writes. Every other sentinel has a row in errnoTable; a test
+// holds the two lists to the engine's exported Err variables.
+var eioSentinels = []error{ebbfs.ErrFenced, ebbfs.ErrClosed}
 
 // toErrno converts an engine error into the errno returned to the kernel.
 // This is the only place where errors become errno values. Errors that are

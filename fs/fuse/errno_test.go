@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +41,9 @@ func TestToErrno(t *testing.T) {
 		{ebbfs.ErrNotSupported, syscall.EOPNOTSUPP},
 		{ebbfs.ErrTooManyLinks, syscall.EMLINK},
 		{ebbfs.ErrNoData, syscall.ENXIO},
+		{ebbfs.ErrPermission, syscall.EPERM},
+		{ebbfs.ErrNoSpace, syscall.ENOSPC},
+		{fmt.Errorf("fallocate: %w", ebbfs.ErrPermission), syscall.EPERM},
 		{fmt.Errorf("lookup %q: %w", "x", ebbfs.ErrNotExist), syscall.ENOENT},
 		{fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", ebbfs.ErrNotEmpty)), syscall.ENOTEMPTY},
 		{context.Canceled, syscall.EINTR},
@@ -97,5 +104,84 @@ func TestEngineFailureIsEIOAndLogged(t *testing.T) {
 	out := logs.String()
 	if !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "op=lookup") || !strings.Contains(out, "err=") {
 		t.Fatalf("log: %q", out)
+	}
+}
+
+// engineSentinels parses package fs and returns the message of every
+// exported package-level Err variable made with errors.New, by name.
+func engineSentinels(t *testing.T) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, "..", func(fi os.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			for _, d := range f.Decls {
+				g, ok := d.(*ast.GenDecl)
+				if !ok || g.Tok != token.VAR {
+					continue
+				}
+				for _, spec := range g.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, name := range vs.Names {
+						if !strings.HasPrefix(name.Name, "Err") || i >= len(vs.Values) {
+							continue
+						}
+						call, ok := vs.Values[i].(*ast.CallExpr)
+						if !ok || len(call.Args) != 1 {
+							continue
+						}
+						sel, ok := call.Fun.(*ast.SelectorExpr)
+						lit, isLit := call.Args[0].(*ast.BasicLit)
+						if !ok || sel.Sel.Name != "New" || !isLit {
+							continue
+						}
+						msg, err := strconv.Unquote(lit.Value)
+						if err != nil {
+							t.Fatal(err)
+						}
+						out[name.Name] = msg
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestEverySentinelHasAnErrno: each exported sentinel error of package fs
+// is either mapped in errnoTable or listed as EIO on purpose. A sentinel
+// added to the engine without either fails here (it would reach callers as
+// EIO, as ErrPermission once did).
+func TestEverySentinelHasAnErrno(t *testing.T) {
+	sentinels := engineSentinels(t)
+	if len(sentinels) < 10 || sentinels["ErrPermission"] == "" {
+		t.Fatalf("found only %d sentinels in package fs: %v", len(sentinels), sentinels)
+	}
+	covered := map[string]bool{}
+	for _, m := range errnoTable {
+		covered[m.err.Error()] = true
+		if errno, ok := mapErr(m.err); !ok || errno != m.errno {
+			t.Errorf("mapErr(%v) = %v, %v; want %v", m.err, errno, ok, m.errno)
+		}
+	}
+	for _, err := range eioSentinels {
+		if covered[err.Error()] {
+			t.Errorf("%v is both mapped and listed as EIO", err)
+		}
+		covered[err.Error()] = true
+		if _, ok := mapErr(err); ok {
+			t.Errorf("%v is listed as EIO but maps to an errno", err)
+		}
+	}
+	for name, msg := range sentinels {
+		if !covered[msg] {
+			t.Errorf("fs.%s (%q) has no errno mapping: add it to errnoTable, or to eioSentinels if EIO is meant", name, msg)
+		}
 	}
 }
