@@ -131,7 +131,9 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if len(tombs) == 0 {
-		return 0, nil
+		removed, dropped, freed, err := e.cleanRanges(CleanerBatch)
+		e.opts.Stats.cleaned(dropped, removed, freed)
+		return removed, err
 	}
 	e.ptrMu.Lock()
 	defer e.ptrMu.Unlock()

@@ -46,6 +46,7 @@ type Engine struct {
 		inodes  map[uint64]*inode
 	}
 
+	ranges     rangeTombs    // pending range tombstones (rangetomb.go)
 	flushMu    chan struct{} // one flush (and barrier) at a time; see lockFlush
 	ptrMu      sync.Mutex    // every read-modify-write of extent pointers and counters
 	segSeq     atomic.Uint64
@@ -260,6 +261,9 @@ func (e *Engine) StartBackground() {
 // load reads the engine's system records and, for a writer, creates the root
 // directory of a new filesystem and finishes deletions a crash interrupted.
 func (e *Engine) load(ctx context.Context) error {
+	if err := e.loadRangeTombs(); err != nil {
+		return err
+	}
 	v, ok, err := e.get(schema.NextInoKey)
 	if err != nil {
 		return err

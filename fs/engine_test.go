@@ -31,8 +31,13 @@ type testFS struct {
 
 func newTestFS(t *testing.T) *testFS {
 	t.Helper()
+	return newTestFSOn(t, objstore.NewMem())
+}
+
+// newTestFSOn is newTestFS on a given store.
+func newTestFSOn(t *testing.T, s objstore.Store) *testFS {
+	t.Helper()
 	ctx := context.Background()
-	s := objstore.NewMem()
 	k, err := Init(ctx, s, "password123")
 	if err != nil {
 		t.Fatal(err)

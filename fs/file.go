@@ -78,7 +78,7 @@ type extentPointer struct {
 	p   segment.Pointer
 }
 
-// pointersIn returns the committed pointers of extents [from, to) of ino in
+// pointersIn returns the visible committed pointers (visiblePointer) of extents [from, to) of ino in
 // index order, read in one pass of an iterator rather than a lookup per
 // extent.
 func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
@@ -89,6 +89,7 @@ func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
 	}
 	defer it.Close()
 	var out []extentPointer
+	masked := e.ranges.has(ino)
 	for ok := it.First(); ok; ok = it.Next() {
 		_, idx, err := schema.ParseExtentKey(it.Key())
 		if err != nil {
@@ -97,6 +98,9 @@ func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
 		p, err := segment.UnmarshalPointer(it.Value())
 		if err != nil {
 			return nil, fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
+		}
+		if masked && e.ranges.dead(ino, idx, p) {
+			continue
 		}
 		out = append(out, extentPointer{idx, p})
 	}

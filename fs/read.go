@@ -9,7 +9,7 @@ import (
 
 // readCommitted reads an extent from its segment; nil means a hole.
 func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, error) {
-	p, ok, err := e.pointer(ino, idx)
+	p, ok, err := e.visiblePointer(ino, idx)
 	if err != nil || !ok {
 		return nil, err
 	}

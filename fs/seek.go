@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // hasData reports whether extent idx holds data (dirty, in flight or committed).
@@ -11,7 +12,7 @@ func (e *Engine) hasDataLocked(n *inode, idx uint64) (bool, error) {
 	if n.dirty[idx] != nil || n.flushing[idx] != nil {
 		return true, nil
 	}
-	_, ok, err := e.pointer(n.ino, idx)
+	_, ok, err := e.visiblePointer(n.ino, idx)
 	return ok, err
 }
 
@@ -34,14 +35,26 @@ func (e *Engine) nextDataLocked(n *inode, idx uint64) (uint64, bool, error) {
 		return 0, false, err
 	}
 	defer it.Close()
-	if it.First() {
+	masked := e.ranges.has(n.ino)
+	for ok := it.First(); ok; ok = it.Next() {
 		_, i, err := schema.ParseExtentKey(it.Key())
 		if err != nil {
 			return 0, false, err
 		}
-		if !found || i < best {
-			best, found = i, true
+		if found && i >= best {
+			break
 		}
+		if masked {
+			p, err := segment.UnmarshalPointer(it.Value())
+			if err != nil {
+				return 0, false, err
+			}
+			if e.ranges.dead(n.ino, i, p) {
+				continue // dropped by a truncate; the cleaner removes it
+			}
+		}
+		best, found = i, true
+		break
 	}
 	return best, found, it.Error()
 }

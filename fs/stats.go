@@ -47,7 +47,7 @@ type StatsSnapshot struct {
 	ExtentsCleaned      uint64                  `json:"extents_cleaned"`
 	BytesCleaned        uint64                  `json:"bytes_cleaned"`
 	CleanerBatches      uint64                  `json:"cleaner_batches"`
-	LastBatch           CleanerPass            `json:"last_batch"`
+	LastBatch           CleanerPass             `json:"last_batch"`
 	Barriers            uint64                  `json:"barriers"`
 	BarrierFailures     uint64                  `json:"barrier_failures"`
 	BarrierLatency      stats.HistogramSnapshot `json:"barrier_latency"`

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
-	"ebbfs.dev/ebbfs/lsm/schema"
+	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/segment"
 )
 
@@ -59,50 +59,38 @@ func (e *Engine) SetAttr(ctx context.Context, ino uint64, in SetAttr) (Attr, err
 	return a, t.finish(nil)
 }
 
-// truncate sets the size of ino. Shrinking drops the extents past the end
-// (pointers deleted and counters debited) and zeroes the tail of the last one.
+// truncate sets the size of ino. Shrinking zeroes the tail of the last
+// extent and drops the extents past the end (dropRangeLocked), in the
+// transaction that records the new size.
 func (e *Engine) truncate(ctx context.Context, ino uint64, size uint64) error {
 	n, err := e.acquire(ino)
 	if err != nil {
 		return err
 	}
 	defer e.release(n)
-	n.mu.Lock()
-	if n.attr.IsDir() {
-		n.mu.Unlock()
+	n.mu.RLock()
+	isDir, regular := n.attr.IsDir(), n.attr.IsRegular()
+	n.mu.RUnlock()
+	if isDir {
 		return ErrIsDir
 	}
-	if !n.attr.IsRegular() {
-		n.mu.Unlock()
+	if !regular {
 		return ErrInvalid
 	}
-	old := n.attr.Size
-	n.mu.Unlock()
-	if err := e.lockFlush(ctx); err != nil {
-		return err
-	}
-	defer e.unlockFlush()
-	if size < old {
-		if err := e.zeroRange(ctx, n, int64(size), int64(old-size), true); err != nil {
-			return err
+	err = e.zeroRange(ctx, n, int64(size), 0, true, func(b *lsm.Batch) {
+		now := e.now()
+		n.attr.Size, n.attr.Mtime, n.attr.Ctime = size, now, now
+		// Growing the size is persisted at once only if no unflushed data
+		// lies below it (settle); otherwise the flush that commits that
+		// data also raises the persisted size, so a crash never shows a
+		// size whose bytes were lost.
+		if size < n.psize {
+			n.psize = size
 		}
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	now := e.now()
-	n.attr.Size, n.attr.Mtime, n.attr.Ctime = size, now, now
-	// Growing the size is persisted at once only if no unflushed data lies
-	// below it (settle); otherwise the flush that commits that data also
-	// raises the persisted size, so a crash never shows a size whose bytes
-	// were lost.
-	if size < n.psize {
-		n.psize = size
-	}
-	n.settle()
-	b := e.db.NewBatch()
-	defer b.Close()
-	e.putInode(b, n)
-	if err := e.commit(b); err != nil {
+		n.settle()
+		e.putInode(b, n)
+	})
+	if err != nil {
 		return err
 	}
 	failpoint.Hit("truncate-after-commit")
@@ -124,71 +112,160 @@ func (e *Engine) Punch(ctx context.Context, ino uint64, off, length int64) error
 	}
 	defer e.release(n)
 	n.mu.RLock()
-	regular, size := n.attr.IsRegular(), int64(n.attr.Size)
+	regular := n.attr.IsRegular()
 	n.mu.RUnlock()
 	if !regular {
 		return ErrInvalid
 	}
-	if off >= size || length == 0 {
+	if length == 0 {
 		return nil
 	}
-	length = min(length, size-off)
-	if err := e.lockFlush(ctx); err != nil {
-		return err
-	}
-	defer e.unlockFlush()
-	if err := e.zeroRange(ctx, n, off, length, false); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.attr.Mtime = e.now()
-	n.attr.Ctime = n.attr.Mtime
-	n.attrDirty = true
-	return nil
+	return e.zeroRange(ctx, n, off, length, false, func(b *lsm.Batch) {
+		n.attr.Mtime = e.now()
+		n.attr.Ctime = n.attr.Mtime
+		n.settle()
+		e.putInode(b, n)
+	})
 }
 
-// zeroBatch is the most pointers one zeroing transaction deletes.
-const zeroBatch = 10000
+// edgeState is what a partly covered extent held when zeroRange looked.
+type edgeState struct {
+	idx    uint64
+	inMem  bool // dirty or being flushed: zeroed in memory
+	ptr    segment.Pointer
+	hasPtr bool
+	data   []byte // the committed bytes, read without any lock held
+}
 
-// zeroRange zeroes [off, off+length): extents it fully covers lose their
-// pointers (counters debited in the same transaction), partly covered ones
-// are zeroed in memory and rewritten at the next flush. Caller holds flushMu. toEnd means the
-// range runs to the end of the file (truncate): every extent from the first
-// fully covered one on is dropped, whatever the recorded size.
-func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toEnd bool) error {
-	end := off + length
-	firstFull := (uint64(off) + extentSize - 1) / extentSize
-	endFull := uint64(end) / extentSize // exclusive
-	// Partial extents at either edge.
-	n.mu.Lock()
+// zeroRange zeroes [off, off+length) of n (toEnd: from off to the end of
+// the file, whatever its size then; length is ignored), and then calls
+// finish, all in one transaction: extents the range covers in full lose
+// their data (dropRangeLocked), partly covered ones are zeroed in memory
+// and rewritten by the next flush. finish adds the inode's own change to
+// the batch; it runs under n.mu.
+//
+// No lock is held across a store request: the committed bytes of the
+// edge extents are read first, and the change is made only if nothing
+// moved meanwhile (else it looks again). The flush lock is not taken at
+// all: a flush already under way skips the extents removed from its
+// in-flight set, and one that starts later sees the new state. A caller
+// interrupted while reading the edges has changed nothing.
+func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toEnd bool, finish func(b *lsm.Batch)) error {
+	// rangeEnd is where the zeroing ends for a given file size.
+	rangeEnd := func(size int64) int64 {
+		if toEnd {
+			return max(size, off)
+		}
+		return max(min(off+length, size), off)
+	}
+	for {
+		n.mu.RLock()
+		end := rangeEnd(int64(n.attr.Size))
+		n.mu.RUnlock()
+		if !toEnd && end == off {
+			return nil // nothing below the end of the file
+		}
+		edges, err := e.lookEdges(n, off, end, toEnd)
+		if err != nil {
+			return err
+		}
+		for i := range edges {
+			x := &edges[i]
+			if x.hasPtr {
+				if x.data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: x.idx, Gen: x.ptr.Gen}, x.ptr); err != nil {
+					return err
+				}
+			}
+		}
+		done, err := e.zeroApply(n, off, end, toEnd, rangeEnd, edges, finish)
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// lookEdges notes the state of the extents [off, end) covers in part.
+func (e *Engine) lookEdges(n *inode, off, end int64, toEnd bool) ([]edgeState, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var out []edgeState
 	for _, idx := range partialEdges(off, end, toEnd) {
-		start := int64(idx) * extentSize
+		x := edgeState{idx: idx}
+		if n.dirty[idx] != nil || n.flushing[idx] != nil {
+			x.inMem = true
+		} else {
+			p, ok, err := e.visiblePointer(n.ino, idx)
+			if err != nil {
+				return nil, err
+			}
+			x.ptr, x.hasPtr = p, ok
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// zeroApply makes zeroRange's change if the edges still look as noted and
+// the size still gives the same range; otherwise it reports !done.
+func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, rangeEnd func(int64) int64, edges []edgeState, finish func(b *lsm.Batch)) (done bool, err error) {
+	e.ptrMu.Lock()
+	defer e.ptrMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.deleted {
+		return true, ErrNotExist
+	}
+	if rangeEnd(int64(n.attr.Size)) != end {
+		return false, nil // the size changed: look again
+	}
+	for _, x := range edges {
+		inMem := n.dirty[x.idx] != nil || n.flushing[x.idx] != nil
+		if inMem != x.inMem {
+			return false, nil
+		}
+		if !inMem {
+			p, ok, err := e.visiblePointer(n.ino, x.idx)
+			if err != nil {
+				return true, err
+			}
+			if ok != x.hasPtr || p != x.ptr {
+				return false, nil
+			}
+		}
+	}
+	// Partly covered extents: zeroed in memory.
+	var added int64
+	for _, x := range edges {
+		start := int64(x.idx) * extentSize
 		lo, hi := max(off, start)-start, min(end, start+extentSize)-start
 		if toEnd {
 			hi = extentSize
 		}
-		buf := n.dirty[idx]
+		buf := n.dirty[x.idx]
 		if buf == nil {
-			base, err := e.extentLocked(ctx, n, idx)
-			if err != nil {
-				n.mu.Unlock()
-				return err
+			base := x.data
+			if x.inMem {
+				base = n.flushing[x.idx].data
 			}
 			if base == nil {
-				continue
+				continue // a hole stays a hole
 			}
 			buf = getExtentBuf()
 			clear(buf[copy(buf, base):])
-			n.dirty[idx] = buf
-			e.dirtyBytes.Add(extentSize)
+			n.dirty[x.idx] = buf
+			added += extentSize
 		}
 		clear(buf[lo:hi])
 	}
-	// In-memory data of fully covered extents goes away now.
+	e.dirtyBytes.Add(added)
+	// Fully covered extents: in-memory data goes now, committed data with
+	// the transaction below.
+	firstFull := (uint64(off) + extentSize - 1) / extentSize
+	endFull := uint64(end) / extentSize // exclusive
 	var freed int64
 	for idx := range n.dirty {
 		if idx >= firstFull && (toEnd || idx < endFull) {
+			putExtentBuf(n.dirty[idx])
 			delete(n.dirty, idx)
 			freed += extentSize
 		}
@@ -198,23 +275,35 @@ func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toE
 			delete(n.flushing, idx)
 		}
 	}
-	n.mu.Unlock()
 	if freed > 0 {
-		e.dirtyDone(freed)
+		defer e.dirtyDone(freed)
 	}
-	if !toEnd && firstFull >= endFull {
-		return nil
+	b := e.db.NewBatch()
+	defer b.Close()
+	apply := func() {}
+	if toEnd || firstFull < endFull {
+		to := endFull
+		if toEnd {
+			to = 0
+		}
+		if apply, err = e.dropRangeLocked(b, n, firstFull, to); err != nil {
+			return true, err
+		}
 	}
-	var to uint64
-	if !toEnd {
-		to = endFull
+	finish(b)
+	if err := e.commit(b); err != nil {
+		return true, err
 	}
-	return e.dropPointers(n, firstFull, to)
+	apply()
+	return true, nil
 }
 
 // partialEdges lists the extents [off,end) covers only in part.
 func partialEdges(off, end int64, toEnd bool) []uint64 {
 	var out []uint64
+	if end <= off {
+		return nil // truncate to or past the end: nothing left to zero
+	}
 	if off%extentSize != 0 {
 		out = append(out, uint64(off)/extentSize)
 	}
@@ -225,62 +314,6 @@ func partialEdges(off, end int64, toEnd bool) []uint64 {
 		}
 	}
 	return out
-}
-
-// dropPointers deletes the committed pointers of extents [from, to) of n
-// (to == 0: to the end), debiting counters, in transactions of at most
-// zeroBatch pointers. Callers hold flushMu so that no barrier can make a
-// partial drop durable on its own: a crash loses all of it or none.
-func (e *Engine) dropPointers(n *inode, from, to uint64) error {
-	for {
-		count, err := e.dropPointerBatch(n, from, to)
-		if err != nil {
-			return err
-		}
-		failpoint.Hit("truncate-after-drop-batch")
-		if count < zeroBatch {
-			return nil
-		}
-	}
-}
-
-func (e *Engine) dropPointerBatch(n *inode, from, to uint64) (int, error) {
-	e.ptrMu.Lock()
-	defer e.ptrMu.Unlock()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	b := e.db.NewBatch()
-	defer b.Close()
-	lo, hi := schema.ExtentRange(n.ino, from, to)
-	count := 0
-	var blocks uint64
-	err := e.scan(lo, hi, func(k, v []byte) error {
-		if count >= zeroBatch {
-			return errStopScan
-		}
-		p, err := segment.UnmarshalPointer(v)
-		if err != nil {
-			return err
-		}
-		b.Delete(append([]byte(nil), k...))
-		b.Merge(schema.CounterKey(p.Segment), countDelta(-int64(p.Length), 0, 0))
-		blocks += blocksOf(p)
-		count++
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStopScan) {
-		return 0, err
-	}
-	if count == 0 {
-		return 0, nil
-	}
-	n.attr.Blocks -= min(n.attr.Blocks, blocks)
-	e.putInode(b, n)
-	if err := e.commit(b); err != nil {
-		return 0, err
-	}
-	e.deadBytes()
-	return count, nil
 }
 
 var errStopScan = errors.New("stop scan")

@@ -77,8 +77,8 @@ type Activity struct {
 	Recent       []CycleSummary `json:"recent,omitempty"` // the last cycles that freed or moved something, oldest first
 	// NextCycle is when the next cycle is due (wall-clock estimate of a
 	// monotonic time; zero: nothing due) and NextReason why.
-	NextCycle  time.Time `json:"next_cycle,omitzero"`
-	NextReason string    `json:"next_reason,omitempty"`
+	NextCycle  time.Time   `json:"next_cycle,omitzero"`
+	NextReason string      `json:"next_reason,omitempty"`
 	Jobs       []RepackJob `json:"jobs"`
 
 	SweepRunning bool          `json:"sweep_running"`

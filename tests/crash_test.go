@@ -57,11 +57,14 @@ func crashCases() []crashCase {
 		"segment-after-inode-commit", "segment-after-commit",
 		"barrier-before-journal", "lsm.barrier.journal-written", "barrier-after-journal",
 		"ns-create-after-commit", "ns-rename-after-commit", "ns-unlink-after-commit",
-		"unlink-inline-delete", "truncate-after-drop-batch", "truncate-after-commit",
+		"unlink-inline-delete", "truncate-after-commit",
 		"unlink-orphaned", "orphan-last-close")
 	// A large file's unlink: tombstone and cleaner (more than 1000 extents).
 	add(crashCase{setup: setupLarge, work: workLargeUnlink},
 		"unlink-tombstone-written", "cleaner-mid-batch", "cleaner-before-commit", "cleaner-after-commit")
+	// A large truncate: a range tombstone, worked off by the cleaner.
+	add(crashCase{setup: setupLarge, work: workLargeTruncate},
+		"truncate-range-tombstone", "cleaner-range-before-commit")
 	// Overwrites and deletes, then reclamation cycles: dead-segment
 	// deletion and repack (more than 1000 frames moved by one job). The
 	// cycle points fire at their third hit, in a cycle with work to do.
@@ -185,6 +188,13 @@ func workLargeUnlink(r *crashRun) {
 	r.remove("big")
 	r.flush()
 	r.waitExit(30 * time.Second) // the cleaner runs in the background (slow on a loaded machine)
+	r.flush()
+}
+
+func workLargeTruncate(r *crashRun) {
+	r.truncate("big", 5) // 1099 extents: more than a truncate drops inline
+	r.flush()
+	r.waitExit(30 * time.Second) // the cleaner runs in the background
 	r.flush()
 }
 

@@ -85,6 +85,22 @@ func (p *process) routes(s *admin.Server) {
 		}
 		return out, nil
 	})
+	s.HandleJSON("GET "+routeMonitor, func(r *http.Request) (any, error) {
+		return p.sampler.state(r.Context()), nil
+	})
+	s.HandleJSON("GET "+routeHistory, func(r *http.Request) (any, error) {
+		out := historyReply{BucketSeconds: historyBucket.Seconds(), NowMs: time.Now().UnixMilli(),
+			Tombstones: []tombPoint{}, Cycles: []cyclePoint{}}
+		if p.history != nil {
+			out.Tombstones = p.history.points()
+		}
+		if bg := p.bg.Load(); bg != nil {
+			for _, c := range bg.r.Activity().Recent {
+				out.Cycles = append(out.Cycles, cyclePoint{End: c.End, BytesFreed: c.BytesFreed, Deleted: c.Deleted, Repacks: c.Repacks, Trigger: c.Trigger})
+			}
+		}
+		return out, nil
+	})
 	s.HandleJSON("GET "+routeCheckpoints, func(r *http.Request) (any, error) {
 		recs, err := checkpoint.List(r.Context(), p.st)
 		if recs == nil {

@@ -24,6 +24,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/config"
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/stats"
 	"ebbfs.dev/ebbfs/nbd"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
@@ -94,6 +95,16 @@ type process struct {
 	mp      string
 	started time.Time
 	log     *slog.Logger
+
+	// What /metrics, /v1/monitor and the page show.
+	checkpoint string          // the checkpoint a checkpoint reader serves
+	fsStats    *fs.Stats       // cleaner and barriers
+	timed      *objstore.Timed // store latency by operation
+	fuseOps    *stats.Ops      // FUSE requests by operation
+	nbdOps     *stats.Ops      // NBD commands
+	lag        *replicaLag     // readers that follow: distance from the writer
+	sampler    *sampler
+	history    *history
 
 	mu struct {
 		sync.Mutex
@@ -214,7 +225,8 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	}
 	// Every request of this process is counted for /metrics.
 	limitMemory(int64(c.Cache.MemorySize), log)
-	counting := objstore.NewCounting(rawStore)
+	timed := objstore.NewTimed(rawStore)
+	counting := objstore.NewCounting(timed)
 	var st objstore.Store = counting
 	var pin uint64
 	if f.checkpoint != "" {
@@ -229,6 +241,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		log.Info("serving a checkpoint", "name", rec.Name, "kind", rec.Kind, "manifest", pin)
 	}
 	host, _ := os.Hostname()
+	fsStats := fs.NewStats()
 	var events fs.Events
 	triggers := &reclaim.Triggers{}
 	if !f.readOnly {
@@ -247,6 +260,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Logger:           log,
 		Clock:            clock.Real{},
 		Events:           events,
+		Stats:            fsStats,
 		DeferBackground:  true,
 	})
 	if err != nil {
@@ -256,7 +270,14 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		}
 		return fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
 	}
-	p := &process{c: c, e: e, k: k, st: st, count: counting, mp: mp, started: time.Now(), log: log}
+	p := &process{c: c, e: e, k: k, st: st, count: counting, mp: mp, started: time.Now(), log: log,
+		checkpoint: f.checkpoint, fsStats: fsStats, timed: timed,
+		fuseOps: stats.NewOps(fuse.FUSEOps...), nbdOps: stats.NewOps(nbdOps...)}
+	p.sampler = &sampler{p: p}
+	p.history = newHistory(fsStats)
+	if f.readOnly && f.checkpoint == "" {
+		p.lag = &replicaLag{st: st, db: e.DB()}
+	}
 
 	var cleanup cleanupStack
 	closeEngine := func() error {
@@ -287,7 +308,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 
 	adm := admin.New(p, admin.Options{TCP: c.AdminListen(), Unix: c.Admin.UnixSocket, Logger: log})
 	p.routes(adm)
-	if err := adm.Registry().Register(newCollector(p, counting)); err != nil {
+	if err := adm.Registry().Register(newCollector(p)); err != nil {
 		log.Warn("metrics: collector not registered", "err", err)
 	}
 	if a := c.AdminListen(); a != "" && !config.IsLoopback(a) {
@@ -302,7 +323,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		adm.Close(sctx)
 	})
 
-	nbdAddrs, stopNBD, err := startNBD(c, e, f.readOnly, log)
+	nbdAddrs, stopNBD, err := startNBD(c, e, f.readOnly, log, p.nbdOps)
 	if err != nil {
 		return err
 	}
@@ -322,6 +343,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		FsName:             fuse.Name,
 		Logger:             log,
 		Debug:              os.Getenv("EBBFS_FUSE_DEBUG") != "",
+		Ops:                p.fuseOps,
 	})
 	if err != nil {
 		return fmt.Errorf("mounting %s: %w", mp, err)
@@ -332,6 +354,8 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	// exits (a crash, a failpoint) while holding one deadlocks in the
 	// kernel's FLUSH to itself.
 	e.StartBackground()
+	p.history.start()
+	cleanup.push(p.history.close)
 	if !f.readOnly {
 		bg, err := startBackground(c, e, st, k, triggers, log)
 		if err != nil {

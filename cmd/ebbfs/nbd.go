@@ -8,12 +8,13 @@ import (
 
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/config"
+	"ebbfs.dev/ebbfs/internal/stats"
 	"ebbfs.dev/ebbfs/nbd"
 )
 
 // startNBD listens on the configured addresses and serves the exports. It
 // returns the addresses (as nbd:// URIs) and a stop function.
-func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger) ([]string, func(), error) {
+func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, ops *stats.Ops) ([]string, func(), error) {
 	var ls []net.Listener
 	var addrs []string
 	fail := func(err error) ([]string, func(), error) {
@@ -41,7 +42,7 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger) (
 	if len(ls) == 0 {
 		return nil, func() {}, nil
 	}
-	srv := nbd.NewServer(nbd.NewEngineBackend(e), nbd.Options{Logger: log, ReadOnly: readOnly})
+	srv := nbd.NewServer(timedBackend{Backend: nbd.NewEngineBackend(e), ops: ops}, nbd.Options{Logger: log, ReadOnly: readOnly})
 	var wg sync.WaitGroup
 	for _, l := range ls {
 		wg.Add(1)

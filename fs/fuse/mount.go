@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/stats"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -48,6 +49,9 @@ type MountOptions struct {
 	// Logger receives errors mapped to EIO and, with Debug, the request
 	// trace (default slog.Default()).
 	Logger *slog.Logger
+	// Ops, if set, records every request's count, failures, bytes and
+	// latency by operation (FUSEOps), for /metrics and the monitor.
+	Ops *stats.Ops
 }
 
 // DefaultMountOptions returns the defaults of DESIGN section 11: started as
@@ -125,7 +129,7 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		mo.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	}
 	f := &fsys{e: e, log: log}
-	srv, err := fs.Mount(mountpoint, &Node{fsys: f}, &fs.Options{
+	srv, err := mountTimed(mountpoint, &Node{fsys: f}, o.Ops, &fs.Options{
 		MountOptions:   mo,
 		EntryTimeout:   &entry,
 		AttrTimeout:    &attr,
@@ -138,6 +142,24 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		return nil, err
 	}
 	raiseReadahead(mountpoint, log)
+	return srv, nil
+}
+
+// mountTimed is fs.Mount with the request recorder (if any) around the node
+// bridge.
+func mountTimed(dir string, root fs.InodeEmbedder, ops *stats.Ops, opts *fs.Options) (*fuse.Server, error) {
+	raw := fs.NewNodeFS(root, opts)
+	if ops != nil {
+		raw = newTimedFS(raw, ops)
+	}
+	srv, err := fuse.NewServer(raw, dir, &opts.MountOptions)
+	if err != nil {
+		return nil, err
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		return nil, err
+	}
 	return srv, nil
 }
 

@@ -139,6 +139,7 @@ func New(b Backend, o Options) *Server {
 	s.HandleFunc("GET /v1/status", s.handleStatus)
 	s.Handle("GET /metrics", promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{Registry: o.Registry}))
 	s.HandleFunc("GET /{$}", s.handlePage)
+	s.HandleFunc("GET /static/{file}", s.handleStatic)
 	// Go's profiler, for diagnosing a slow or stuck writer
 	// (go tool pprof http://127.0.0.1:PORT/debug/pprof/profile).
 	s.HandleFunc("GET /debug/pprof/", pprof.Index)

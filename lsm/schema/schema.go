@@ -16,6 +16,7 @@ const (
 	PExtent    = 'e' // e | ino | index          -> 32-byte segment.Pointer
 	PCounter   = 'c' // c | segment id           -> counter (merge operands)
 	PTombstone = 't' // t | ino                  -> empty: deleted file awaiting cleanup
+	PRangeTomb = 'r' // r | ino | from | to      -> mark: extents of a truncate/punch awaiting cleanup
 	POrphan    = 'o' // o | ino                  -> empty: unlinked while open
 	PXattr     = 'x' // x | ino | name           -> value
 	PSymlink   = 'l' // l | ino                  -> link target
@@ -100,6 +101,26 @@ func ParseExtentKey(k []byte) (ino, index uint64, err error) {
 		return 0, 0, ErrCorrupt
 	}
 	return be.Uint64(k[1:]), be.Uint64(k[9:]), nil
+}
+
+// RangeTombKey is the key of a range tombstone: the pointers of extents
+// [from, to) of ino (to == 0: to the end) whose generation is below the
+// mark stored as the value are dropped, and the cleaner removes them.
+func RangeTombKey(ino, from, to uint64) []byte {
+	b := make([]byte, 25)
+	b[0] = PRangeTomb
+	be.PutUint64(b[1:], ino)
+	be.PutUint64(b[9:], from)
+	be.PutUint64(b[17:], to)
+	return b
+}
+
+// ParseRangeTombKey decodes a range tombstone key.
+func ParseRangeTombKey(k []byte) (ino, from, to uint64, err error) {
+	if len(k) != 25 || k[0] != PRangeTomb {
+		return 0, 0, 0, ErrCorrupt
+	}
+	return be.Uint64(k[1:]), be.Uint64(k[9:]), be.Uint64(k[17:]), nil
 }
 
 // ParseDirentKey decodes a dirent key.
