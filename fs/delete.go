@@ -108,6 +108,7 @@ func (e *Engine) cleaner(ctx context.Context) {
 		case <-e.kickClean:
 		case <-e.clk.After(CleanerIdle):
 		}
+		e.cleanerPause(ctx)
 	}
 }
 

@@ -30,6 +30,10 @@ type Options struct {
 	Clock       clock.Clock
 	Events      Events // reclamation hooks; may be nil
 	Stats       *Stats // counters of the cleaner and barriers; may be nil
+	// CleanerDelay (test builds only) makes the tombstone cleaner wait
+	// this long after it is woken, so that tests can watch tombstones
+	// pending. 0 in production.
+	CleanerDelay time.Duration
 	// DeferBackground leaves the flusher and the tombstone cleaner to a
 	// later StartBackground (ebbfs run starts them once the mount is up).
 	DeferBackground bool

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,3 +110,13 @@ func (s *Stats) barrierDone(start time.Time, err error) {
 
 // DirtyBytes is the written data not yet sealed into a segment.
 func (e *Engine) DirtyBytes() int64 { return e.dirtyBytes.Load() }
+
+// cleanerPause waits Options.CleanerDelay (test builds) unless ctx ends.
+func (e *Engine) cleanerPause(ctx context.Context) {
+	if d := e.opts.CleanerDelay; d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}

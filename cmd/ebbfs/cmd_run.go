@@ -261,6 +261,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Clock:            clock.Real{},
 		Events:           events,
 		Stats:            fsStats,
+		CleanerDelay:     testCleanerDelay(log),
 		DeferBackground:  true,
 	})
 	if err != nil {
