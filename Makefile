@@ -13,6 +13,9 @@ VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 
 LDFLAGS     := -X main.version=$(VERSION)
 BIN         := bin/ebbfs
 TEST_TIMEOUT ?= 25m
+# Tests run on the test build: failpoints and the test time scale exist
+# only with this tag (production builds leave both out).
+TEST_TAGS   ?= ebbfs_testclock
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 RUN_DIR     := $(CURDIR)/run
@@ -69,7 +72,7 @@ deps:
 # The end-to-end tests (tests/) need root, /dev/fuse, fuse3, the NBD tools
 # and the S3 server; install-deps.sh brings them.
 test: deps
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -tags $(TEST_TAGS) -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

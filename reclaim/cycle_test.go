@@ -285,9 +285,18 @@ func TestDeleteBeforeCounterRemoved(t *testing.T) {
 	}
 }
 
+// needFailpoints fails a test that needs failpoints in a build without them.
+func needFailpoints(t testing.TB) {
+	t.Helper()
+	if !failpoint.Enabled {
+		t.Fatal("failpoints exist only in test builds: run the tests with -tags ebbfs_testclock (make test does)")
+	}
+}
+
 // armFailpoint arms name with action for the rest of the test.
 func armFailpoint(t testing.TB, name string, action func(string)) {
 	t.Helper()
+	needFailpoints(t)
 	failpoint.SetAction(action)
 	failpoint.Arm(name)
 	t.Cleanup(func() {

@@ -450,6 +450,7 @@ func TestMetaGCFailpointMidIsResumable(t *testing.T) {
 
 	pctx, cancel := context.WithCancel(ctx)
 	var hits atomic.Int64
+	needFailpoints(t)
 	failpoint.SetAction(func(name string) { hits.Add(1); cancel() })
 	failpoint.Arm("metagc-mid=2")
 	t.Cleanup(func() { failpoint.Arm(""); failpoint.SetAction(func(string) {}) })

@@ -347,7 +347,13 @@ type proc struct {
 // start starts "ebbfs run" and returns without waiting for the mount.
 func (e *env) start(args ...string) *proc {
 	e.t.Helper()
-	cmd := e.command(context.Background(), ebbfsBin, append([]string{"run", "-c", e.cfg}, args...)...)
+	return e.startBin(ebbfsBin, args...)
+}
+
+// startBin is start with another ebbfs binary.
+func (e *env) startBin(bin string, args ...string) *proc {
+	e.t.Helper()
+	cmd := e.command(context.Background(), bin, append([]string{"run", "-c", e.cfg}, args...)...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/config"
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
@@ -54,7 +55,12 @@ var (
 // startBackground starts reclamation for a writer; trig is the fs.Events
 // the engine was opened with.
 func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.Keys, trig *reclaim.Triggers, log *slog.Logger) (*background, error) {
-	clk := reclaimClock(log)
+	// The test build's EBBFS_TEST_TIME_SCALE speeds up reclamation time;
+	// a production build ignores it with a warning.
+	clk, err := clock.FromEnv(clock.Real{}, log)
+	if err != nil {
+		return nil, err
+	}
 	r, err := reclaim.New(reclaim.Options{
 		Host:                 engineHost{e},
 		Store:                st,

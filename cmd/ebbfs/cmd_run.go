@@ -178,6 +178,7 @@ func (s *cleanupStack) run() {
 }
 
 func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
+	warnTestOnlyEnv(log)
 	// Signals are caught from the start so that an early SIGTERM still
 	// goes through the orderly path below.
 	sigs := make(chan os.Signal, 4)

@@ -1,7 +1,12 @@
+//go:build ebbfs_testclock
+
 // Package failpoint names points in ebbfs where tests can abort the process.
-// A failpoint is armed by the EBBFS_FAILPOINT environment variable
-// ("name" or "name=N" to fire on the N-th hit) read once at start. When no
-// failpoint is armed, Hit costs one atomic load.
+// Failpoints exist only in test builds (-tags ebbfs_testclock, the tag of
+// the test time scale): there a failpoint is armed by the EBBFS_FAILPOINT
+// environment variable ("name" or "name=N" to fire on the N-th hit) read
+// once at start, and when none is armed Hit costs one atomic load. In a
+// production build Hit does nothing and the variable is ignored
+// (failpoint_off.go).
 package failpoint
 
 import (
@@ -12,6 +17,12 @@ import (
 	"sync/atomic"
 )
 
+// Enabled reports whether this is a test build with working failpoints.
+const Enabled = true
+
+// Env names the environment variable that arms a failpoint.
+const Env = "EBBFS_FAILPOINT"
+
 var (
 	armed  atomic.Bool
 	name   string
@@ -20,7 +31,7 @@ var (
 	onFire = func(n string) { fmt.Fprintf(os.Stderr, "failpoint %s: aborting\n", n); os.Exit(97) }
 )
 
-func init() { Arm(os.Getenv("EBBFS_FAILPOINT")) }
+func init() { Arm(os.Getenv(Env)) }
 
 // Arm sets the failpoint spec ("" disarms). Used at start and by tests.
 func Arm(spec string) {

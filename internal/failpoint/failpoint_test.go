@@ -3,6 +3,9 @@ package failpoint
 import "testing"
 
 func TestFiresOnNthHit(t *testing.T) {
+	if !Enabled {
+		t.Fatal("failpoints exist only in test builds: run the tests with -tags ebbfs_testclock (make test does)")
+	}
 	var fired []string
 	SetAction(func(n string) { fired = append(fired, n) })
 	defer Arm("")

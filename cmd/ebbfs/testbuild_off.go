@@ -1,0 +1,21 @@
+//go:build !ebbfs_testclock
+
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"ebbfs.dev/ebbfs/internal/failpoint"
+)
+
+// testTags is empty: this is a production build.
+const testTags = ""
+
+// warnTestOnlyEnv says loudly that the test build's variables have no
+// effect here, rather than honouring or dropping them silently.
+func warnTestOnlyEnv(log *slog.Logger) {
+	if s := os.Getenv(failpoint.Env); s != "" {
+		log.Warn(failpoint.Env+" is ignored: this is a production build (failpoints exist only with -tags ebbfs_testclock)", "value", s)
+	}
+}
