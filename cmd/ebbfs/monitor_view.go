@@ -1,0 +1,416 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+
+	"ebbfs.dev/ebbfs/checkpoint"
+)
+
+var (
+	colLive    = lipgloss.Color("#2f9e5f")
+	colFrag    = lipgloss.Color("#e0a630")
+	colAwait   = lipgloss.Color("#e0786d")
+	colDead    = lipgloss.Color("#c7473b")
+	colPinned  = lipgloss.Color("#8a74d6")
+	colMeta    = lipgloss.Color("#4a90d9")
+	colOver    = lipgloss.Color("#8892a0")
+	colMuted   = lipgloss.Color("#8892a0")
+	colFocus   = lipgloss.Color("#4a90d9")
+	colBorder  = lipgloss.Color("#505866")
+	styleTitle = lipgloss.NewStyle().Bold(true)
+	styleMuted = lipgloss.NewStyle().Foreground(colMuted)
+	styleErr   = lipgloss.NewStyle().Foreground(colDead).Bold(true)
+	styleLabel = lipgloss.NewStyle().Foreground(colMuted).Width(12)
+)
+
+// sparkline renders vs (oldest first) in width cells scaled to their max.
+func sparkline(vs []float64, width int) string {
+	const ticks = "▁▂▃▄▅▆▇█"
+	tk := []rune(ticks)
+	if len(vs) > width {
+		vs = vs[len(vs)-width:]
+	}
+	mx := 0.0
+	for _, v := range vs {
+		mx = math.Max(mx, v)
+	}
+	var b strings.Builder
+	for i := len(vs); i < width; i++ {
+		b.WriteRune(' ')
+	}
+	for _, v := range vs {
+		i := 0
+		if mx > 0 {
+			i = int(math.Round(v / mx * float64(len(tk)-1)))
+		}
+		b.WriteRune(tk[i])
+	}
+	return b.String()
+}
+
+// series returns f of the rates between successive samples.
+func (m *tuiModel) series(f func(r rates) float64) []float64 {
+	var out []float64
+	for i := 1; i < len(m.samples); i++ {
+		out = append(out, f(rateOf(m.samples[i-1], m.samples[i])))
+	}
+	return out
+}
+
+func row(label, value string) string { return styleLabel.Render(label) + " " + value }
+
+func (m *tuiModel) View() string {
+	if m.cur == nil {
+		if m.err != nil {
+			return styleErr.Render("ebbfs monitor: "+m.err.Error()) + "\n(retrying; q quits)\n"
+		}
+		return "ebbfs monitor: connecting…\n"
+	}
+	st := m.cur
+	now := st.At
+	w := max(m.width, 40)
+	var out []string
+	out = append(out, m.header(st, w))
+	if m.showHelp {
+		out = append(out, m.help.FullHelpView(monKeys.FullHelp()))
+	}
+	// Two columns on a wide terminal, one otherwise.
+	cols := 1
+	if w >= 150 {
+		cols = 2
+	}
+	pw := w
+	if cols == 2 {
+		pw = w / 2
+	}
+	panels := []string{
+		m.panel(panelIO, m.ioPanel(st, pw-4), pw),
+		m.panel(panelFootprint, m.footprintPanel(st, pw-4, now), pw),
+		m.panel(panelReclaim, m.reclaimPanel(st, pw-4, now), pw),
+		m.panel(panelDurability, m.durabilityPanel(st, pw-4), pw),
+		m.panel(panelCheckpoints, m.checkpointPanel(st, now), pw),
+	}
+	if cols == 2 {
+		left := lipgloss.JoinVertical(lipgloss.Left, panels[0], panels[1], panels[3])
+		right := lipgloss.JoinVertical(lipgloss.Left, panels[2], panels[4])
+		out = append(out, lipgloss.JoinHorizontal(lipgloss.Top, left, right))
+	} else {
+		out = append(out, panels...)
+	}
+	out = append(out, m.footer())
+	view := strings.Join(out, "\n")
+	// Keep the footer (keys, prompts) visible on a short terminal.
+	if lines := strings.Split(view, "\n"); m.height > 0 && len(lines) > m.height {
+		foot := lines[len(lines)-1]
+		lines = append(lines[:m.height-1], foot)
+		view = strings.Join(lines, "\n")
+	}
+	return view
+}
+
+func (m *tuiModel) panel(i int, body string, width int) string {
+	border := colBorder
+	title := styleTitle.Render(panelNames[i])
+	if i == m.focus {
+		border = colFocus
+		title = styleTitle.Foreground(colFocus).Render("▶ " + panelNames[i])
+	}
+	return lipgloss.NewStyle().Border(lipgloss.RoundedBorder()).BorderForeground(border).
+		Width(width-2).Padding(0, 1).Render(title + "\n" + body)
+}
+
+func (m *tuiModel) header(st *monitorState, w int) string {
+	role := lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("#ffffff")).Background(colMeta).Padding(0, 1)
+	if st.Role != roleWriter {
+		role = role.Background(colPinned)
+	}
+	name := st.Role
+	if st.Checkpoint != "" {
+		name += " " + st.Checkpoint
+	}
+	parts := []string{styleTitle.Render("ebbfs"), role.Render(name), "version " + st.Version,
+		"up " + secs(st.UptimeSec), "store " + st.Store, "mount " + st.Mountpoint}
+	if st.Replica != nil {
+		lag := fmt.Sprintf("replica lag %s (%d newer objects)", secs(st.Replica.LagSeconds), st.Replica.Behind)
+		if st.Replica.Error != "" {
+			lag = "replica lag unknown: " + st.Replica.Error
+		}
+		parts = append(parts, lipgloss.NewStyle().Bold(true).Render(lag))
+	}
+	h := strings.Join(parts, "  ")
+	if m.err != nil {
+		h += "\n" + styleErr.Render("last sample failed: "+m.err.Error())
+	}
+	return lipgloss.NewStyle().MaxWidth(w).Render(h) + "  " + styleMuted.Render(st.At.Local().Format(time.TimeOnly))
+}
+
+func (m *tuiModel) footer() string {
+	switch {
+	case m.confirm == "cycle":
+		return styleErr.Render("Run a reclamation cycle now? (y/n)")
+	case m.confirm == "sweep":
+		return styleErr.Render("Run an orphan sweep now? (y/n)")
+	case m.busy != "":
+		return "running a " + m.busy + " on the writer…"
+	}
+	s := m.help.ShortHelpView(monKeys.ShortHelp())
+	if m.notice != "" {
+		n := m.notice
+		if m.noticeErr {
+			n = styleErr.Render(n)
+		}
+		s = n + "   " + s
+	}
+	return s
+}
+
+func (m *tuiModel) ioPanel(st *monitorState, w int) string {
+	r := rateOf(m.prev, st)
+	sw := max(min(w-40, 60), 10)
+	lines := []string{
+		row("read", sparkline(m.series(func(r rates) float64 { return r.readB }), sw)+fmt.Sprintf(" %9s/s %8.1f ops/s", humanBytes(int64(r.readB)), r.readOps)),
+		row("write", sparkline(m.series(func(r rates) float64 { return r.writeB }), sw)+fmt.Sprintf(" %9s/s %8.1f ops/s", humanBytes(int64(r.writeB)), r.writeOps)),
+		row("store", sparkline(m.series(func(r rates) float64 { return r.req }), sw)+fmt.Sprintf(" %8.1f req/s", r.req)),
+		row("", fmt.Sprintf("up %s/s  down %s/s", humanBytes(int64(r.up)), humanBytes(int64(r.down)))),
+	}
+	var kinds []string
+	for _, k := range []string{"put", "get", "get_range", "head", "delete", "delete_many", "list"} {
+		kinds = append(kinds, fmt.Sprintf("%s %.1f", k, r.byKind[k]))
+	}
+	lines = append(lines, row("by kind /s", strings.Join(kinds, " · ")))
+	return strings.Join(lines, "\n")
+}
+
+// footprintBar renders one bar split by state.
+func footprintBar(parts []barPart, w int) string {
+	total := int64(0)
+	for _, p := range parts {
+		total += max(p.n, 0)
+	}
+	if total == 0 || w <= 0 {
+		return styleMuted.Render(strings.Repeat("░", max(w, 0)))
+	}
+	var b strings.Builder
+	used := 0
+	for i, p := range parts {
+		if p.n <= 0 {
+			continue
+		}
+		cells := int(math.Round(float64(p.n) / float64(total) * float64(w)))
+		if cells == 0 {
+			cells = 1
+		}
+		if i == len(parts)-1 || used+cells > w {
+			cells = max(w-used, 0)
+		}
+		used += cells
+		b.WriteString(lipgloss.NewStyle().Foreground(p.c).Render(strings.Repeat("█", cells)))
+	}
+	if used < w {
+		b.WriteString(strings.Repeat(" ", w-used))
+	}
+	return b.String()
+}
+
+type barPart struct {
+	n int64
+	c lipgloss.Color
+}
+
+func swatch(c lipgloss.Color) string { return lipgloss.NewStyle().Foreground(c).Render("■") }
+
+func (m *tuiModel) footprintPanel(st *monitorState, w int, now time.Time) string {
+	sp := st.Space
+	if sp == nil {
+		if st.Role != roleWriter {
+			return styleMuted.Render("a reader keeps no footprint; the writer's monitor shows it")
+		}
+		return styleMuted.Render("waiting for the writer's reclamation to start")
+	}
+	pinned := int64(0)
+	var by []string
+	for name, b := range sp.Pinned {
+		pinned = max(pinned, b)
+		by = append(by, name)
+	}
+	sort.Strings(by)
+	overhead := max(sp.SegmentBytes-sp.LiveBytes-sp.FragmentedBytes-sp.DeadBytes, 0)
+	parts := []barPart{{sp.LiveBytes, colLive}, {overhead, colOver}, {sp.FragmentedBytes, colFrag},
+		{sp.AwaitingBytes, colAwait}, {sp.DeadBytes - sp.AwaitingBytes, colDead}, {sp.MetaBytes, colMeta}}
+	if pinned > 0 {
+		parts = []barPart{{sp.LiveBytes, colLive}, {overhead, colOver}, {pinned, colPinned}, {sp.MetaBytes, colMeta}}
+	}
+	first := "none"
+	if !sp.EarliestDeadline.IsZero() {
+		first = until(sp.EarliestDeadline, now)
+	}
+	lines := []string{
+		footprintBar(parts, max(w, 10)),
+		row(swatch(colLive)+" live", fmt.Sprintf("%-10s in %d segments", humanBytes(sp.LiveBytes), sp.LiveSegments)),
+		row(swatch(colFrag)+" fragment.", fmt.Sprintf("%-10s in %d segments (repack's work)", humanBytes(sp.FragmentedBytes), sp.FragmentedSegments)),
+		row(swatch(colDead)+" dead", fmt.Sprintf("%-10s in %d segments", humanBytes(sp.DeadBytes), sp.DeadSegments)),
+		row(swatch(colAwait)+" awaiting", fmt.Sprintf("%-10s in %d segments awaiting their deadline, first due %s", humanBytes(sp.AwaitingBytes), sp.AwaitingSegments, first)),
+		row(swatch(colPinned)+" pinned", fmt.Sprintf("%-10s %s", humanBytes(pinned), strings.Join(by, ", "))),
+		row(swatch(colMeta)+" metadata", fmt.Sprintf("%-10s in %d objects", humanBytes(sp.MetaBytes), sp.MetaObjects)),
+		row("stored", fmt.Sprintf("%-10s in %d segments (%s frame overhead)", humanBytes(sp.SegmentBytes), sp.SegmentCount, humanBytes(overhead))),
+	}
+	if st.SpaceError != "" {
+		lines = append(lines, styleErr.Render(st.SpaceError))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
+	e := st.Engine
+	r := rateOf(m.prev, st)
+	var lines []string
+	if sp := st.Space; sp != nil {
+		lines = append(lines, row("cleaner", fmt.Sprintf("tombstones pending %d (%s) · %.1f extents/s", sp.TombstonesPending, humanBytes(sp.TombstoneBytes), r.extents)))
+	} else if st.Role != roleWriter {
+		lines = append(lines, row("cleaner", "readers run no reclamation"))
+	}
+	last := "none yet"
+	if !e.LastBatch.At.IsZero() {
+		last = fmt.Sprintf("%s: %d extents, %d tombstones finished, %s", until(e.LastBatch.At, now), e.LastBatch.Extents, e.LastBatch.Tombstones, humanBytes(e.LastBatch.Bytes))
+	}
+	if st.Role == roleWriter {
+		lines = append(lines,
+			row("", fmt.Sprintf("tombstones cleaned %d of %d created · %d extents, %s", e.TombstonesProcessed, e.TombstonesCreated, e.ExtentsCleaned, humanBytes(int64(e.BytesCleaned)))),
+			row("", "last batch "+last))
+	}
+	a := st.Reclaim
+	if a == nil {
+		return strings.Join(lines, "\n")
+	}
+	phase := a.Phase
+	if a.Trigger != "" {
+		phase += fmt.Sprintf(" (triggered by %s, started %s)", a.Trigger, until(a.CycleStarted, now))
+	}
+	lines = append(lines, row("cycle", phase))
+	next := "when something changes"
+	if !a.NextCycle.IsZero() {
+		next = until(a.NextCycle, now) + " (" + a.NextReason + ")"
+	}
+	lines = append(lines, row("", "next "+next))
+	if lc := a.LastCycle; lc != nil {
+		s := fmt.Sprintf("last %s %s (%s): deleted %d, freed %s, repacks %d, relocated %d frames, %s",
+			until(lc.End, now), lc.Result, lc.Trigger, lc.Deleted, humanBytes(lc.BytesFreed), lc.Repacks, lc.RelocatedFrames, lc.Duration.Round(time.Millisecond))
+		if lc.Blocked != "" {
+			s += " · " + lc.Blocked
+		}
+		if lc.Error != "" {
+			s += " · " + styleErr.Render(lc.Error)
+		}
+		lines = append(lines, row("", lipgloss.NewStyle().Width(max(w-12, 20)).Render(s)))
+	}
+	if t := st.ReclaimTotals; t != nil {
+		lines = append(lines, row("", styleMuted.Render(fmt.Sprintf("since start: %d ok, %d blocked, %d failed cycles · %d segments deleted, %s freed · %d repacks",
+			t.Cycles["ok"], t.Cycles["blocked"], t.Cycles["error"], t.Deleted, humanBytes(int64(t.BytesFreed)), t.Repacks))))
+	}
+	if len(a.Jobs) == 0 {
+		lines = append(lines, row("repack", "no job in flight"))
+	}
+	for i, j := range a.Jobs {
+		if i >= 4 && m.focus != panelReclaim {
+			lines = append(lines, row("", fmt.Sprintf("… %d more (tab here to see all)", len(a.Jobs)-i)))
+			break
+		}
+		label := ""
+		if i == 0 {
+			label = "repack"
+		}
+		out := "output pending"
+		if j.Output != "" {
+			out = "→ " + j.Output
+		}
+		lines = append(lines, row(label, fmt.Sprintf("#%d %s: %d sources (%s), gathered %s of %s, %s, %d moved",
+			j.ID, j.Phase, len(j.Sources), humanBytes(j.SourceBytes), humanBytes(j.Gathered), humanBytes(j.LiveBytes), out, j.Moved)))
+	}
+	sw := "next " + until(a.NextSweep, now)
+	if a.SweepRunning {
+		sw = "running now"
+	}
+	if ls := a.LastSweep; ls != nil {
+		sw += fmt.Sprintf(" · last %s: listed %d, %d orphans deleted (%s)", until(ls.Start, now), ls.Listed, ls.Deleted, humanBytes(ls.DeletedBytes))
+		if ls.Error != "" {
+			sw += " · " + styleErr.Render(ls.Error)
+		}
+	}
+	lines = append(lines, row("sweep", sw))
+	if g := st.MetaGC; g != nil {
+		s := "no pass yet"
+		if g.Passes > 0 {
+			s = fmt.Sprintf("last %s: %d objects, %s deleted", until(g.LastAt, now), g.Last.Deleted, humanBytes(g.Last.Bytes))
+			if g.Error != "" {
+				s += " · " + styleErr.Render(g.Error)
+			}
+		}
+		lines = append(lines, row("meta gc", s+" · next "+until(g.Next, now)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m *tuiModel) durabilityPanel(st *monitorState, w int) string {
+	r := rateOf(m.prev, st)
+	lat := r.barrierLat
+	if lat.Count == 0 {
+		lat = st.Engine.BarrierLatency // nothing in the window: since start
+	}
+	q := func(v float64) string {
+		if math.IsNaN(v) {
+			return "–"
+		}
+		return secs(v)
+	}
+	sw := max(min(w-46, 40), 8)
+	c := st.Cache
+	hits := c.MemHits + c.DiskHits + c.PendingHits
+	ratio := "no reads yet"
+	if all := hits + c.Misses; all > 0 {
+		ratio = fmt.Sprintf("%.1f%% hits", 100*float64(hits)/float64(all))
+	}
+	limit := "no limit"
+	if st.MemoryLimit > 0 && st.MemoryLimit < math.MaxInt64 {
+		limit = humanBytes(st.MemoryLimit) + " limit"
+	}
+	lines := []string{
+		row("barriers", sparkline(m.series(func(r rates) float64 { return r.barriers }), sw)+fmt.Sprintf(" %.2f/s  p50 %s  p99 %s", r.barriers, q(lat.Quantile(0.5)), q(lat.Quantile(0.99)))),
+		row("dirty", humanBytes(st.DirtyBytes)+" waiting for a barrier"),
+		row("cache", fmt.Sprintf("%s · memory %s · disk %s", ratio, humanBytes(c.MemBytes), humanBytes(c.DiskBytes))),
+		row("memory", fmt.Sprintf("%s RSS of %s", humanBytes(st.MemoryRSS), limit)),
+	}
+	if c.Corrupt > 0 || c.DiskCorrupt > 0 {
+		lines = append(lines, styleErr.Render(fmt.Sprintf("corrupt frames: %d from the store, %d in the disk cache", c.Corrupt, c.DiskCorrupt)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (m *tuiModel) checkpointPanel(st *monitorState, now time.Time) string {
+	if st.CheckpointError != "" {
+		return styleErr.Render("checkpoint list unreadable: " + st.CheckpointError)
+	}
+	if len(st.Checkpoints) == 0 {
+		return "none · replicas attached: 0"
+	}
+	replicas := 0
+	var lines []string
+	for _, c := range st.Checkpoints {
+		exp := "until deleted"
+		if c.Kind == checkpoint.Ephemeral {
+			exp = "expires " + until(c.ExpireTime, now)
+		}
+		name := c.Name
+		if strings.HasPrefix(c.Name, "reader-") {
+			replicas++
+			name += " (replica)"
+		}
+		lines = append(lines, fmt.Sprintf("%-40s %-10s %s", name, c.Kind, exp))
+	}
+	return strings.Join(append(lines, fmt.Sprintf("replicas attached: %d", replicas)), "\n")
+}
