@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/retry"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
@@ -425,33 +426,14 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 // retry runs op until it succeeds, ctx ends, or the error is permanent.
 // Store outages are waited out: a barrier blocks rather than fails.
 func (e *Engine) retry(ctx context.Context, what string, op func() error) error {
-	delay := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := op()
-		if err == nil {
-			return nil
-		}
-		if objstore.IsPreconditionFailed(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
-		}
-		if attempt == 1 || attempt%10 == 0 {
-			e.log.Warn("object store request failed; retrying", "op", what, "attempt", attempt, "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-time.After(delay):
-		}
-		delay = min(delay*2, 5*time.Second)
-	}
+	return retry.Do(ctx, retry.Policy{Clock: e.clk, Logger: e.log, Permanent: objstore.IsPreconditionFailed}, what, op)
 }
 
 // flusher runs the periodic barrier and seals when dirty data passes the
 // segment target. An idle filesystem does nothing.
 func (e *Engine) flusher(ctx context.Context) {
 	defer e.wg.Done()
-	t := time.NewTicker(e.opts.FlushInterval)
-	defer t.Stop()
+	tick := e.clk.After(e.opts.FlushInterval)
 	for {
 		select {
 		case <-ctx.Done():
@@ -460,7 +442,8 @@ func (e *Engine) flusher(ctx context.Context) {
 			if err := e.Seal(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("sealing dirty data", "err", err)
 			}
-		case <-t.C:
+		case <-tick:
+			tick = e.clk.After(e.opts.FlushInterval)
 			if !e.needsBarrier() {
 				continue
 			}

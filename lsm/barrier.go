@@ -7,42 +7,14 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/retry"
 	"ebbfs.dev/ebbfs/objstore"
 )
-
-const (
-	backoffMin = 50 * time.Millisecond
-	backoffMax = 2 * time.Second
-)
-
-// sleep waits d on the injected clock or until ctx ends.
-func (db *DB) sleep(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-db.opts.Clock.After(d):
-		return nil
-	}
-}
 
 // retry runs op until it succeeds, returns a permanent error (isPermanent),
 // or ctx ends, backing off between transient failures.
 func (db *DB) retry(ctx context.Context, what string, op func() error, isPermanent func(error) bool) error {
-	backoff := backoffMin
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		err := op()
-		if err == nil || (isPermanent != nil && isPermanent(err)) {
-			return err
-		}
-		db.opts.Logger.Warn("lsm: store operation failed; retrying", "op", what, "err", err, "backoff", backoff)
-		if serr := db.sleep(ctx, backoff); serr != nil {
-			return fmt.Errorf("%s: %w (last error: %v)", what, serr, err)
-		}
-		backoff = min(2*backoff, backoffMax)
-	}
+	return retry.Do(ctx, retry.Policy{Clock: db.opts.Clock, Logger: db.opts.Logger, Max: 2 * time.Second, Permanent: isPermanent}, what, op)
 }
 
 // Barrier uploads every batch committed so far as one journal object and

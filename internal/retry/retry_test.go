@@ -1,0 +1,74 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/clock"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestRetriesTransientUntilSuccess(t *testing.T) {
+	calls := 0
+	err := Do(context.Background(), Policy{Logger: quiet, Min: time.Microsecond, Max: time.Millisecond}, "put x", func() error {
+		calls++
+		if calls < 5 {
+			return errors.New("503 SlowDown")
+		}
+		return nil
+	})
+	if err != nil || calls != 5 {
+		t.Fatalf("err %v after %d calls; want success on the 5th", err, calls)
+	}
+}
+
+func TestPermanentStopsAtOnce(t *testing.T) {
+	perm := errors.New("precondition failed")
+	calls := 0
+	err := Do(context.Background(), Policy{Logger: quiet, Permanent: func(e error) bool { return errors.Is(e, perm) }}, "put x", func() error {
+		calls++
+		return perm
+	})
+	if !errors.Is(err, perm) || calls != 1 {
+		t.Fatalf("err %v after %d calls; want the permanent error after one", err, calls)
+	}
+}
+
+func TestContextEndStopsWaiting(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Do(ctx, Policy{Clock: clk, Logger: quiet}, "put x", func() error { return errors.New("down") })
+	}()
+	time.Sleep(10 * time.Millisecond) // it is waiting on the fake clock now
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v; want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Do kept waiting after its context ended")
+	}
+}
+
+func TestJitterBounds(t *testing.T) {
+	d := 100 * time.Millisecond
+	lo, hi := d, time.Duration(0)
+	for i := 0; i < 1000; i++ {
+		j := Jitter(d)
+		lo, hi = min(lo, j), max(hi, j)
+		if j < d/2 || j > d {
+			t.Fatalf("Jitter(%v) = %v, outside [d/2, d]", d, j)
+		}
+	}
+	if hi-lo < d/4 {
+		t.Fatalf("jitter spread only %v over 1000 draws", hi-lo)
+	}
+}
