@@ -2,7 +2,7 @@
 #
 #   make run       mount a fresh filesystem on a local-directory store under ./run/
 #   make test      install what the tests need (as root) and run every test
-#   make lint      gofmt, go vet, staticcheck
+#   make lint      gofmt, go vet (both builds), go mod tidy, staticcheck
 #   make bench     benchmarks
 #   make install   /usr/local/bin/ebbfs and /sbin/mount.fuse.ebbfs
 
@@ -77,6 +77,11 @@ test: deps
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags $(TEST_TAGS) ./...
+	@cp go.mod /tmp/ebbfs-go.mod.$$$$ && cp go.sum /tmp/ebbfs-go.sum.$$$$ && $(GO) mod tidy && \
+		if ! cmp -s go.mod /tmp/ebbfs-go.mod.$$$$ || ! cmp -s go.sum /tmp/ebbfs-go.sum.$$$$; then \
+		echo "go.mod/go.sum were not tidy (go mod tidy has now fixed them: commit the change)"; rm -f /tmp/ebbfs-go.*.$$$$; exit 1; fi; \
+		rm -f /tmp/ebbfs-go.*.$$$$
 	@if $(GO) run $(STATICCHECK) -version >/dev/null 2>&1; then \
 		$(GO) run $(STATICCHECK) ./...; \
 	else echo "staticcheck unavailable (no module proxy?); skipped"; fi
