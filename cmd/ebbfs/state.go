@@ -97,6 +97,7 @@ type sampler struct {
 	mu struct {
 		sync.Mutex
 		space     *spaceReply
+		spaceGen  uint64 // spaceGeneration when space was computed
 		spaceErr  string
 		spaceAt   time.Time
 		metaObjs  int
@@ -135,7 +136,8 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 	recs, ckErr := s.checkpoints(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mu.space != nil && time.Since(s.mu.spaceAt) < spaceTTL {
+	gen := s.spaceGeneration(bg)
+	if s.mu.space != nil && time.Since(s.mu.spaceAt) < spaceTTL && gen == s.mu.spaceGen {
 		return s.mu.space, s.mu.spaceErr, s.mu.spaceAt
 	}
 	rep, err := bg.r.SpaceLocal()
@@ -157,8 +159,18 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 	}
 	out := &spaceReply{SpaceReport: rep, MetaError: s.mu.metaErr}
 	out.MetaObjects, out.MetaBytes = s.mu.metaObjs, s.mu.metaBytes
-	s.mu.space, s.mu.spaceErr, s.mu.spaceAt = out, "", time.Now()
+	s.mu.space, s.mu.spaceErr, s.mu.spaceAt, s.mu.spaceGen = out, "", time.Now(), gen
 	return out, "", s.mu.spaceAt
+}
+
+// spaceGeneration changes whenever reclamation may have changed the
+// footprint: a cycle ended, the cleaner committed, a tombstone was
+// written. A cached footprint of an older generation is not reused, so a
+// reader right after a cycle sees what it did.
+func (s *sampler) spaceGeneration(bg *background) uint64 {
+	_, cycles := bg.r.LastCycle()
+	es := s.p.fsStats.Snapshot()
+	return uint64(cycles) + es.CleanerBatches + es.TombstonesCreated
 }
 
 // state builds a monitorState.
