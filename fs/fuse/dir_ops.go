@@ -28,7 +28,7 @@ func (n *Node) owner(ctx context.Context, mode uint32) (uid, gid, outMode uint32
 	if err != nil {
 		return 0, 0, 0, n.fsys.toErrno(err, "getattr", n.ino())
 	}
-	n.mode.Store(pa.Mode)
+	n.remember(pa)
 	if pa.Mode&ebbfs.ModeSetgid != 0 {
 		gid = pa.Gid
 		if mode&ebbfs.ModeType == ebbfs.ModeDir {

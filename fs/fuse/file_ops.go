@@ -179,7 +179,7 @@ func (n *Node) dropPrivs(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return n.fsys.toErrno(err, "write", n.ino())
 	}
-	n.mode.Store(a.Mode)
+	n.remember(a)
 	if !hasPrivs(a.Mode) {
 		return 0
 	}
@@ -187,7 +187,7 @@ func (n *Node) dropPrivs(ctx context.Context) syscall.Errno {
 	if err != nil {
 		return n.fsys.toErrno(err, "write", n.ino())
 	}
-	n.mode.Store(a.Mode)
+	n.remember(a)
 	return 0
 }
 

@@ -2,6 +2,7 @@ package fuse
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,19 @@ type Node struct {
 	// wmu serialises writes that must read the file's attributes first
 	// (O_APPEND writes and privilege clearing) against each other.
 	wmu sync.Mutex
+
+	// last holds the attributes last sent to the kernel, for an inode the
+	// engine has deleted while the kernel still holds it (see Getattr).
+	lastMu sync.Mutex
+	last   ebbfs.Attr
+}
+
+// remember records a as the attributes last sent for n.
+func (n *Node) remember(a ebbfs.Attr) {
+	n.mode.Store(a.Mode)
+	n.lastMu.Lock()
+	n.last = a
+	n.lastMu.Unlock()
 }
 
 func (n *Node) ino() uint64 { return n.StableAttr().Ino }
@@ -48,22 +62,22 @@ func (n *Node) ino() uint64 { return n.StableAttr().Ino }
 // lookup racing another), go-fuse returns the existing one.
 func (n *Node) newNode(ctx context.Context, a ebbfs.Attr, out *fuse.EntryOut) *fs.Inode {
 	child := &Node{fsys: n.fsys}
-	child.mode.Store(a.Mode)
+	child.remember(a)
 	ch := n.NewInode(ctx, child, fs.StableAttr{
 		Mode: a.Mode & syscall.S_IFMT,
 		Ino:  a.Ino,
 		Gen:  a.Gen,
 	})
 	if existing, ok := ch.Operations().(*Node); ok && existing != child {
-		existing.mode.Store(a.Mode)
+		existing.remember(a)
 	}
 	fillAttr(&out.Attr, a)
 	return ch
 }
 
-// noteAttr remembers the mode hint and converts a for the kernel.
+// noteAttr remembers a and converts it for the kernel.
 func (n *Node) noteAttr(out *fuse.Attr, a ebbfs.Attr) {
-	n.mode.Store(a.Mode)
+	n.remember(a)
 	fillAttr(out, a)
 }
 
@@ -120,8 +134,24 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	return n.newNode(ctx, a, out), 0
 }
 
+// Getattr reports the engine's attributes. The kernel asks for an inode it
+// still holds (an open file or directory, a working directory), and one
+// can be gone from the engine: a directory removed, or replaced by a
+// rename, while open (xfstests generic/035). As on a local filesystem the
+// holder's fstat still succeeds: the attributes last seen, with no links
+// left.
 func (n *Node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	a, err := n.fsys.e.GetAttr(ctx, n.ino())
+	if errors.Is(err, ebbfs.ErrNotExist) && n.ino() != ebbfs.RootIno {
+		n.lastMu.Lock()
+		a = n.last
+		n.lastMu.Unlock()
+		if a.Ino == n.ino() {
+			a.Nlink = 0
+			fillAttr(&out.Attr, a)
+			return 0
+		}
+	}
 	if err != nil {
 		return n.fsys.toErrno(err, "getattr", n.ino())
 	}
