@@ -15,8 +15,8 @@
 //     new inodes get the caller's uid and gid, or the parent's gid when the
 //     parent is set-group-ID (new directories then inherit the bit); chown
 //     of a non-directory drops set-user-ID, and set-group-ID when
-//     group-execute is set, whoever the caller; a write by a non-root caller
-//     drops the same bits first. (Linux 6.x already sends its own SETATTR
+//     group-execute is set, whoever the caller; a write, fallocate or hole
+//     punch by a non-root caller drops the same bits first. (Linux 6.x already sends its own SETATTR
 //     for the last two; doing it here as well keeps the rule on every path.)
 //   - Attribute and entry timeouts are 1 s; every op that changes attributes
 //     returns the engine's fresh ones. Negative lookups are not cached.

@@ -1,9 +1,16 @@
 package fuse
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"testing"
 
+	ebbfs "ebbfs.dev/ebbfs/fs"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,5 +76,114 @@ func renameOverOpen(t *testing.T, m *mounted, dir bool) {
 		if err := os.Remove(dst); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestFallocateClearsSetID follows xfstests generic/683 and 684: fallocate
+// (allocate and punch hole) by a user without CAP_FSETID drops set-user-ID,
+// and set-group-ID when group-execute is set, as a write does.
+func TestFallocateClearsSetID(t *testing.T) {
+	m := mount(t)
+	type op struct {
+		name string
+		mode uint32
+		off  int64
+	}
+	ops := []op{
+		{"allocate", 0, 0},
+		{"keep-size allocate", unix.FALLOC_FL_KEEP_SIZE, 1 << 20},
+		{"punch hole", unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE, 0},
+	}
+	for _, o := range ops {
+		for _, c := range []struct{ mode, want uint32 }{
+			{0o6666, 0o2666}, // no group-execute: set-group-ID stays
+			{0o6676, 0o0676}, // group-execute: both go
+			{0o6766, 0o2766},
+			{0o6777, 0o0777},
+		} {
+			p := m.path("setid")
+			if err := os.WriteFile(p, make([]byte, 8192), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, os.FileMode(c.mode&0o777)|os.ModeSetuid|os.ModeSetgid); err != nil {
+				t.Fatal(err)
+			}
+			err := asUser(t, 65534, 65534, func() error {
+				fd, err := unix.Open(p, unix.O_RDWR, 0)
+				if err != nil {
+					return err
+				}
+				defer unix.Close(fd)
+				return unix.Fallocate(fd, o.mode, o.off, 4096)
+			})
+			if err != nil {
+				t.Fatalf("%s as an unprivileged user: %v", o.name, err)
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Mode & 0o7777; got != c.want {
+				t.Errorf("%s on a %#o file: mode %#o, want %#o", o.name, c.mode, got, c.want)
+			}
+			// Root (CAP_FSETID) keeps the bits.
+			if err := os.Chmod(p, os.FileMode(c.mode&0o777)|os.ModeSetuid|os.ModeSetgid); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = unix.Fallocate(int(f.Fd()), o.mode, o.off, 4096)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Stat(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Mode & 0o7777; got != c.mode {
+				t.Errorf("%s by root on a %#o file: mode %#o, want it kept", o.name, c.mode, got)
+			}
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestAllocateDropsSetIDItself calls the node operations directly, with no
+// kernel in between (kernels before 6.x send no SETATTR of their own for
+// fallocate): the rule of TestFallocateClearsSetID is the server's.
+func TestAllocateDropsSetIDItself(t *testing.T) {
+	e := openEngine(t)
+	t.Cleanup(func() { _ = e.Close(context.Background()) })
+	root := &Node{fsys: &fsys{e: e, log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	fs.NewNodeFS(root, &fs.Options{RootStableAttr: &fs.StableAttr{Ino: ebbfs.RootIno}})
+	asRoot := &fuse.Context{Cancel: make(chan struct{})}
+	user := &fuse.Context{Caller: fuse.Caller{Owner: fuse.Owner{Uid: 65534, Gid: 65534}}, Cancel: make(chan struct{})}
+	for i, mode := range []uint32{0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE} {
+		var out fuse.EntryOut
+		ch, fh, _, errno := root.Create(asRoot, fmt.Sprintf("f%d", i), unix.O_RDWR, 0o6777, &out)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		n := ch.Operations().(*Node)
+		var ao fuse.AttrOut
+		in := &fuse.SetAttrIn{SetAttrInCommon: fuse.SetAttrInCommon{Valid: fuse.FATTR_MODE, Mode: 0o6777}}
+		if errno := n.Setattr(asRoot, fh, in, &ao); errno != 0 || ao.Mode&0o7777 != 0o6777 {
+			t.Fatalf("chmod 6777: %v, mode %#o", errno, ao.Mode)
+		}
+		if errno := n.Allocate(user, fh, 0, 4096, mode); errno != 0 {
+			t.Fatalf("fallocate mode %#x: %v", mode, errno)
+		}
+		a, err := e.GetAttr(context.Background(), n.ino())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Mode&0o7777 != 0o777 {
+			t.Errorf("fallocate mode %#x by an unprivileged caller: mode %#o, want 0777", mode, a.Mode&0o7777)
+		}
+		n.Release(asRoot, fh)
 	}
 }
