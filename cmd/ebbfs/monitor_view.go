@@ -310,7 +310,7 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 		lines = append(lines, row("", lipgloss.NewStyle().Width(max(w-12, 20)).Render(s)))
 	}
 	if t := st.ReclaimTotals; t != nil {
-		lines = append(lines, row("", styleMuted.Render(fmt.Sprintf("since start: %d ok, %d blocked, %d failed cycles · %d segments deleted, %s freed · %d repacks",
+		lines = append(lines, row("", styleMuted.Render(fmt.Sprintf("total: %d ok, %d blocked, %d failed · %d deleted, %s freed · %d repacks",
 			t.Cycles["ok"], t.Cycles["blocked"], t.Cycles["error"], t.Deleted, humanBytes(int64(t.BytesFreed)), t.Repacks))))
 	}
 	if len(a.Jobs) == 0 {
@@ -370,7 +370,7 @@ func (m *tuiModel) durabilityPanel(st *monitorState, w int) string {
 	}
 	sw := max(min(w-46, 40), 8)
 	c := st.Cache
-	hits := c.MemHits + c.DiskHits + c.PendingHits
+	hits := c.MemHits + c.DiskHits
 	ratio := "no reads yet"
 	if all := hits + c.Misses; all > 0 {
 		ratio = fmt.Sprintf("%.1f%% hits", 100*float64(hits)/float64(all))
