@@ -1,0 +1,162 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tmuxMonitor runs `ebbfs monitor` for env e in a detached tmux session
+// of its own server, width x height cells.
+type tmuxMonitor struct {
+	t        *testing.T
+	tmux     string
+	sock     string
+	exitFile string
+}
+
+func startMonitor(t *testing.T, e *env, width, height int) *tmuxMonitor {
+	t.Helper()
+	tmux := needTool(t, "tmux")
+	m := &tmuxMonitor{t: t, tmux: tmux, sock: fmt.Sprintf("ebbfs-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
+		exitFile: filepath.Join(e.dir, fmt.Sprintf("monitor-exit-%d", time.Now().UnixNano()))}
+	script := fmt.Sprintf("%s monitor -c %s --interval 200ms; echo $? > %s; sleep 2", ebbfsBin, e.cfg, m.exitFile)
+	cmd := exec.Command(tmux, "-L", m.sock, "-f", "/dev/null", "new-session", "-d", "-s", "mon",
+		"-x", fmt.Sprint(width), "-y", fmt.Sprint(height), "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "LANG=C.UTF-8")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("tmux new-session: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command(tmux, "-L", m.sock, "kill-server").Run() })
+	return m
+}
+
+// capture returns the visible screen.
+func (m *tmuxMonitor) capture() string {
+	out, err := exec.Command(m.tmux, "-L", m.sock, "capture-pane", "-p", "-t", "mon").CombinedOutput()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+func (m *tmuxMonitor) keys(k ...string) {
+	m.t.Helper()
+	args := append([]string{"-L", m.sock, "send-keys", "-t", "mon"}, k...)
+	if out, err := exec.Command(m.tmux, args...).CombinedOutput(); err != nil {
+		m.t.Fatalf("tmux send-keys %v: %v\n%s", k, err, out)
+	}
+}
+
+// waitScreen polls the screen until re matches, and returns the match.
+func (m *tmuxMonitor) waitScreen(timeout time.Duration, what string, re *regexp.Regexp) []string {
+	m.t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		last = m.capture()
+		if g := re.FindStringSubmatch(last); g != nil {
+			return g
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.t.Fatalf("the monitor never showed %s (%s) within %s; last screen:\n%s", what, re, timeout, last)
+	return nil
+}
+
+// quit presses q and requires exit status 0.
+func (m *tmuxMonitor) quit() {
+	m.t.Helper()
+	m.keys("q")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(m.exitFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			if code := strings.TrimSpace(string(b)); code != "0" {
+				m.t.Fatalf("ebbfs monitor exited with %s after q, want 0", code)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	m.t.Fatalf("ebbfs monitor did not exit within 10 s of q; screen:\n%s", m.capture())
+}
+
+// TestMonitorShowsReclamation runs `ebbfs monitor` in tmux against the
+// real writer while a file of 64 extents is written and deleted, and
+// reads the panels from the screen: the tombstone pending, then cleaned;
+// its segment dead and awaiting its deadline, then freed by a cycle whose
+// summary names the delete; a cycle run from the monitor with r and y;
+// q exits with status 0. Then a read-only replica's monitor shows the
+// replica role and its lag behind the writer.
+func TestMonitorShowsReclamation(t *testing.T) {
+	needTool(t, "tmux")
+	seed := e2eSeed(t)
+	src := newDataSource(seed)
+	// The grace is 60 s / 10 = 6 s; the cleaner waits 3 s after each
+	// wake-up, so the pending tombstone is on screen for a while.
+	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=10", "EBBFS_TEST_CLEANER_DELAY=3s"))
+	e.init()
+	p := e.mount()
+
+	small := make([]byte, 50*kib)
+	src.fill(small)
+	writeFile(t, e.path("small"), small)
+	fsyncFile(t, e.path("small"))
+	writeSynced(t, e.path("big"), 2*mib, src)
+
+	m := startMonitor(t, e, 220, 70)
+	m.waitScreen(20*time.Second, "the writer's panels", regexp.MustCompile(`writer[\s\S]*tombstones pending 0 \(0 B\)`))
+	m.waitScreen(10*time.Second, "the live data", regexp.MustCompile(`live\s+2\.\d MiB\s+in 2 segments`))
+
+	start := time.Now()
+	if err := os.Remove(e.path("big")); err != nil {
+		t.Fatal(err)
+	}
+	// Stage 1: the tombstone waits for the cleaner, then it is cleaned.
+	g := m.waitScreen(10*time.Second, "the pending tombstone", regexp.MustCompile(`tombstones pending 1 \((2\.0 MiB)\)`))
+	t.Logf("%s: tombstones pending 1 (%s)", time.Since(start).Round(time.Millisecond), g[1])
+	m.waitScreen(20*time.Second, "the tombstone cleaned", regexp.MustCompile(`tombstones pending 0 \(0 B\)[\s\S]*tombstones cleaned 1 of 1 created · 64 extents`))
+	t.Logf("%s: tombstone cleaned, 64 extents", time.Since(start).Round(time.Millisecond))
+	// Stage 2: the segment is dead and waits for its deadline...
+	g = m.waitScreen(10*time.Second, "the dead segment awaiting its deadline",
+		regexp.MustCompile(`awaiting\s+(2\.0 MiB)\s+in 1 segments awaiting their deadline, first due in`))
+	t.Logf("%s: %s awaiting the deadline", time.Since(start).Round(time.Millisecond), g[1])
+	// ...then a cycle deletes it and says so.
+	g = m.waitScreen(30*time.Second, "the cycle that freed it",
+		regexp.MustCompile(`last [^\n]* ok \((deadline|dead bytes)\): deleted 1, freed (2\.0 MiB)`))
+	t.Logf("%s: a cycle triggered by %s deleted the segment and freed %s", time.Since(start).Round(time.Millisecond), g[1], g[2])
+	m.waitScreen(5*time.Second, "nothing awaiting any more", regexp.MustCompile(`awaiting\s+0 B\s+in 0 segments`))
+	if !regexp.MustCompile(`total: \d+ ok, 0 blocked, 0 failed · 1 deleted, 2\.0 MiB freed`).MatchString(m.capture()) {
+		t.Errorf("the totals line does not show 1 segment deleted and 2.0 MiB freed:\n%s", m.capture())
+	}
+
+	// r asks, y runs a cycle now.
+	m.keys("r")
+	m.waitScreen(5*time.Second, "the confirmation prompt", regexp.MustCompile(`Run a reclamation cycle now\? \(y/n\)`))
+	m.keys("y")
+	m.waitScreen(30*time.Second, "the manual cycle's result", regexp.MustCompile(`cycle done: deleted 0, freed 0 B`))
+	m.waitScreen(5*time.Second, "the manual cycle as the last one", regexp.MustCompile(`ok \(manual\)`))
+	m.quit()
+
+	// A replica: started now, it serves the state as of its start; the
+	// writer's next barrier puts it behind.
+	r := e.sameStore()
+	rp := r.mount("--read-only")
+	writeSynced(t, e.path("later"), 100*kib, src)
+	e.mustEbbfs("flush")
+	rm := startMonitor(t, r, 200, 60)
+	g = rm.waitScreen(20*time.Second, "the replica's lag", regexp.MustCompile(`replica\s.*replica lag (\S+) \((\d+) newer objects\)`))
+	if g[2] == "0" {
+		t.Fatalf("the replica shows no newer objects after the writer's barrier:\n%s", rm.capture())
+	}
+	t.Logf("replica's monitor: lag %s, %s newer objects", g[1], g[2])
+	rm.waitScreen(5*time.Second, "a reader's footprint note", regexp.MustCompile(`a reader keeps no footprint`))
+	rm.quit()
+	rp.stop()
+	p.stop()
+}
