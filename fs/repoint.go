@@ -5,18 +5,12 @@ import (
 	"ebbfs.dev/ebbfs/segment"
 )
 
-// Move relocates one extent's frame (repack): from Old to New.
-type Move struct {
-	Ino, Extent uint64
-	Old, New    segment.Pointer
-}
-
 // Repoint moves each extent whose pointer still equals Old to New, in one
 // transaction that also credits the output segment (frameBytes, objSize:
 // its counter's total and size) and debits the sources. A pointer that
 // changed meanwhile (a concurrent overwrite, truncate or delete) is left
 // alone: the newer write wins and its frame in the output is dead.
-func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []Move) (int, error) {
+func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []segment.Move) (int, error) {
 	if err := e.writable(); err != nil {
 		return 0, err
 	}
@@ -55,3 +49,33 @@ func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []Move)
 // NewSegmentID allocates a segment id (repack outputs); it stays in flight
 // until SegmentDone.
 func (e *Engine) NewSegmentID() uint64 { return e.newSegID() }
+
+// DropCounter removes the counter of a segment whose object is gone: the
+// reclamation cycle after it deleted a dead segment, or a stale counter
+// it found. Like every counter change, it holds the pointer lock.
+func (e *Engine) DropCounter(seg uint64) error {
+	if err := e.writable(); err != nil {
+		return err
+	}
+	e.ptrMu.Lock()
+	defer e.ptrMu.Unlock()
+	b := e.db.NewBatch()
+	defer b.Close()
+	b.Delete(schema.CounterKey(seg))
+	return e.commit(b)
+}
+
+// AdjustCounter adds a delta to a segment's counter (reclamation's repair
+// of an under-count, or the sweep recreating a lost counter), under the
+// pointer lock.
+func (e *Engine) AdjustCounter(seg uint64, live, total, size int64) error {
+	if err := e.writable(); err != nil {
+		return err
+	}
+	e.ptrMu.Lock()
+	defer e.ptrMu.Unlock()
+	b := e.db.NewBatch()
+	defer b.Close()
+	b.Merge(schema.CounterKey(seg), countDelta(live, total, size))
+	return e.commit(b)
+}

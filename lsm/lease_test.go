@@ -292,23 +292,3 @@ func TestLeaseFromEarlierProcessWithOurPID(t *testing.T) {
 	}
 }
 
-func TestPublishWithRunsUnderLock(t *testing.T) {
-	db := mustOpen(t, testOpts(t, objstore.NewMem(), testKeys(t)))
-	defer db.Close()
-	set(t, db, "ia", "1")
-	ran := false
-	seq, err := db.PublishWith(context.Background(), func() {
-		ran = true
-		if db.Pending() != 0 {
-			t.Error("batches pending inside the publication barrier")
-		}
-		if !db.commitMu.TryLock() {
-			return // held: commits are blocked, as required
-		}
-		db.commitMu.Unlock()
-		t.Error("commit lock not held inside the publication barrier")
-	})
-	if err != nil || !ran || seq == 0 {
-		t.Fatalf("PublishWith = %d, %v, ran %v", seq, err, ran)
-	}
-}

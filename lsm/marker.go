@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"ebbfs.dev/ebbfs/internal/fileutil"
 )
 
 const markerName = "CLEAN"
@@ -41,7 +43,7 @@ func removeMarker(dir string) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return syncDir(dir)
+	return fileutil.SyncDir(dir)
 }
 
 func writeMarker(dir string, m marker) error {
@@ -49,42 +51,5 @@ func writeMarker(dir string, m marker) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, markerName), b)
-}
-
-// writeFileAtomic writes via temp file, fsync, rename, directory fsync.
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return fileutil.WriteAtomic(filepath.Join(dir, markerName), b, fileutil.Options{Durable: true})
 }

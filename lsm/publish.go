@@ -72,15 +72,6 @@ func isTableFile(name string) bool {
 // the deletion of journal objects the manifest covers. It returns the
 // manifest's sequence, which equals the journal sequence it covers.
 func (db *DB) Publish(ctx context.Context) (uint64, error) {
-	return db.PublishWith(ctx, nil)
-}
-
-// PublishWith is Publish that also runs underLock inside the publication
-// barrier: after the final journal object is durable and before the
-// checkpoint, while no Commit can run (the reclamation cycle captures its
-// segment cutoff there). underLock must be quick and must not call into db.
-// It runs even when nothing new needs publishing.
-func (db *DB) PublishWith(ctx context.Context, underLock func()) (uint64, error) {
 	if db.readOnly {
 		return 0, ErrReadOnly
 	}
@@ -91,7 +82,7 @@ func (db *DB) PublishWith(ctx context.Context, underLock func()) (uint64, error)
 	if err := db.Barrier(ctx); err != nil {
 		return 0, err
 	}
-	ckpt, seq, err := db.checkpoint(ctx, underLock)
+	ckpt, seq, err := db.checkpoint(ctx)
 	if err != nil || ckpt == "" {
 		return seq, err
 	}
@@ -184,7 +175,7 @@ func (db *DB) PublishWith(ctx context.Context, underLock func()) (uint64, error)
 
 // checkpoint runs the locked phase of Publish. It returns "" when the
 // newest manifest already covers every journal.
-func (db *DB) checkpoint(ctx context.Context, underLock func()) (dir string, seq uint64, err error) {
+func (db *DB) checkpoint(ctx context.Context) (dir string, seq uint64, err error) {
 	db.commitMu.Lock()
 	defer db.commitMu.Unlock()
 	bctx, cancel := context.WithTimeout(ctx, lockedBarrierTimeout)
@@ -194,9 +185,6 @@ func (db *DB) checkpoint(ctx context.Context, underLock func()) (dir string, seq
 	cancel()
 	if err != nil {
 		return "", 0, err
-	}
-	if underLock != nil {
-		underLock()
 	}
 	db.mu.Lock()
 	seq = db.mu.appliedSeq

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/fileutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -233,7 +234,7 @@ func (l *Local) Put(ctx context.Context, key string, data []byte, opts PutOption
 		}
 		renamed = true
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fileutil.SyncDir(dir); err != nil {
 		return "", fmt.Errorf("put %s: %w", key, err)
 	}
 	return etag, nil
@@ -317,25 +318,10 @@ func (l *Local) mkdirAll(dir string) error {
 		}
 		return err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fileutil.SyncDir(dir); err != nil {
 		return err
 	}
-	return syncDir(parent)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
+	return fileutil.SyncDir(parent)
 }
 
 // notFound reports whether err from opening a key's path means there is no
@@ -504,7 +490,7 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 		return err
 	}
 	if dir != "" {
-		if err := syncDir(dir); err != nil {
+		if err := fileutil.SyncDir(dir); err != nil {
 			return fmt.Errorf("delete %s: %w", key, err)
 		}
 	}
@@ -561,7 +547,7 @@ func (l *Local) DeleteMany(ctx context.Context, keys []string) error {
 		}
 	}
 	for d := range dirs {
-		if err := syncDir(d); err != nil {
+		if err := fileutil.SyncDir(d); err != nil {
 			return fmt.Errorf("delete many: %w", err)
 		}
 	}

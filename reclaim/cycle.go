@@ -307,12 +307,7 @@ func (r *Reclaimer) deleteDead(ctx context.Context, c counterEntry) (deleteOutco
 	}
 	r.host.Reader().Forget(c.id)
 	failpoint.Hit("delete-after-object-delete")
-	b := r.host.DB().NewBatch()
-	defer b.Close()
-	if err := b.Delete(schema.CounterKey(c.id)); err != nil {
-		return outDeleted, err
-	}
-	if err := r.host.DB().Commit(b); err != nil {
+	if err := r.host.DropCounter(c.id); err != nil {
 		// The next scan finds a counter whose object is NotFound and
 		// drops it.
 		return outDeleted, fmt.Errorf("reclaim: segment %s deleted, counter removal failed: %w", seg, err)
@@ -330,12 +325,7 @@ func (r *Reclaimer) forgetDeadline(id uint64) {
 
 // dropCounter removes the counter of a dead segment whose object is gone.
 func (r *Reclaimer) dropCounter(id uint64, why string) (deleteOutcome, error) {
-	b := r.host.DB().NewBatch()
-	defer b.Close()
-	if err := b.Delete(schema.CounterKey(id)); err != nil {
-		return outKept, err
-	}
-	if err := r.host.DB().Commit(b); err != nil {
+	if err := r.host.DropCounter(id); err != nil {
 		return outKept, fmt.Errorf("reclaim: segment %016x: dropping stale counter: %w", id, err)
 	}
 	failpoint.Hit("delete-after-stale-drop")
@@ -349,12 +339,7 @@ func (r *Reclaimer) dropCounter(id uint64, why string) (deleteOutcome, error) {
 // consistent view as that sum (so concurrent debits stay correct).
 func (r *Reclaimer) repairCounter(id uint64, ref lookupResult) (deleteOutcome, error) {
 	delta := ref.refBytes - ref.counterLive
-	b := r.host.DB().NewBatch()
-	defer b.Close()
-	if err := b.Merge(schema.CounterKey(id), lsm.CounterDelta(delta, 0, 0)); err != nil {
-		return outKept, err
-	}
-	if err := r.host.DB().Commit(b); err != nil {
+	if err := r.host.AdjustCounter(id, delta, 0, 0); err != nil {
 		return outKept, fmt.Errorf("reclaim: segment %016x: counter repair: %w", id, err)
 	}
 	failpoint.Hit("delete-after-repair")

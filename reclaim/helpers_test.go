@@ -135,7 +135,7 @@ func (v *env) openEngine() {
 func (v *env) newReclaimer(mod ...func(*Options)) *Reclaimer {
 	v.t.Helper()
 	o := Options{
-		Host: engineHost{v.e}, Store: v.count, Keys: v.keys, Checkpoints: v.cps,
+		Host: v.e, Store: v.count, Keys: v.keys, Checkpoints: v.cps,
 		Clock: v.clk, Logger: v.log, FlushInterval: 10 * time.Second,
 	}
 	for _, m := range mod {

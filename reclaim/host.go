@@ -9,9 +9,10 @@ import (
 	"ebbfs.dev/ebbfs/segment"
 )
 
-// Host is what reclamation needs from the filesystem engine. *fs.Engine
-// provides all of it; cmd/ebbfs wraps it in a thin adapter whose only work
-// is converting Move to fs.Move (reclaim does not import fs).
+// Host is what reclamation needs from the filesystem engine; *fs.Engine
+// provides it (reclaim does not import fs). Every change reclamation makes
+// to pointers and counters goes through Host, which holds the engine's
+// pointer lock.
 type Host interface {
 	// Seal uploads and commits the dirty data (no journal write).
 	Seal(ctx context.Context) error
@@ -38,14 +39,11 @@ type Host interface {
 	// Repoint moves each extent whose pointer still equals Old to New, in
 	// one transaction that credits outSeg (frameBytes, objSize) and debits
 	// the sources. It returns how many pointers moved.
-	Repoint(outSeg uint64, frameBytes, objSize int64, moves []Move) (int, error)
-}
-
-// Move relocates one extent's frame (repack): from Old to New. It mirrors
-// fs.Move field for field, so fs.Move(m) converts it.
-type Move struct {
-	Ino, Extent uint64
-	Old, New    segment.Pointer
+	Repoint(outSeg uint64, frameBytes, objSize int64, moves []segment.Move) (int, error)
+	// DropCounter removes the counter of a segment whose object is gone.
+	DropCounter(seg uint64) error
+	// AdjustCounter adds a delta to a segment's counter.
+	AdjustCounter(seg uint64, live, total, size int64) error
 }
 
 // CheckpointLister lists the checkpoint records. It must fail if any

@@ -196,7 +196,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 	}
 	// Frames, directory and footer in one allocation: Finish appends in place.
 	b.Grow(int(min(total+int64(len(frames))*segment.DirEntrySize+keys.Overhead+segment.FooterSize, MaxOutput)))
-	moves := make([]Move, 0, len(frames))
+	moves := make([]segment.Move, 0, len(frames))
 	for _, f := range frames {
 		n := int64(b.Frames() + 1)
 		if int64(b.Size())+int64(len(f.frame))+n*segment.DirEntrySize+keys.Overhead+segment.FooterSize > MaxOutput {
@@ -204,7 +204,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 		}
 		np := b.AddEncoded(f.lf.e.ID(), f.frame, f.lf.e.PlainLen)
 		np.Flags = f.lf.cur.Flags
-		moves = append(moves, Move{Ino: f.lf.e.Ino, Extent: f.lf.e.Extent, Old: f.lf.cur, New: np})
+		moves = append(moves, segment.Move{Ino: f.lf.e.Ino, Extent: f.lf.e.Extent, Old: f.lf.cur, New: np})
 	}
 	frameBytes := int64(b.Size())
 	obj := b.Finish()

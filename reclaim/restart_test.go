@@ -67,7 +67,7 @@ func TestShortWritersConvergeAndLoseNothing(t *testing.T) {
 		if err != nil {
 			t.Fatalf("session %d: open: %v", i, err)
 		}
-		r, err := New(Options{Host: engineHost{e}, Store: store, Keys: k, Checkpoints: noCheckpoints,
+		r, err := New(Options{Host: e, Store: store, Keys: k, Checkpoints: noCheckpoints,
 			Clock: clk, Logger: log, FlushInterval: 10 * time.Second, DisableSweep: true})
 		if err != nil {
 			t.Fatal(err)

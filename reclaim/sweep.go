@@ -289,12 +289,7 @@ func (r *Reclaimer) judgeOrphan(ctx context.Context, id uint64, size int64) (orp
 		for _, e := range entries {
 			frameBytes += int64(e.Length)
 		}
-		b := r.host.DB().NewBatch()
-		defer b.Close()
-		err := b.Merge(schema.CounterKey(id), lsm.CounterDelta(ref.refBytes, frameBytes, size))
-		if err == nil {
-			err = r.host.DB().Commit(b)
-		}
+		err := r.host.AdjustCounter(id, ref.refBytes, frameBytes, size)
 		r.log.Error("reclaim: sweep: a counter-less segment is referenced; kept it and recreated its counter",
 			"segment", seg, "references", ref.refs, "live", ref.refBytes, "err", err)
 		return orphanReferenced, err

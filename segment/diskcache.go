@@ -2,8 +2,6 @@ package segment
 
 import (
 	"container/list"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/fileutil"
 )
 
 // diskCache keeps encrypted frames as files, one per frame:
@@ -292,7 +292,7 @@ func (c *diskCache) putSync(p Pointer, frame []byte) {
 	}
 	c.mu.Unlock()
 	path := c.path(e)
-	if err := writeFileAtomic(path, frame); err != nil {
+	if err := fileutil.WriteAtomic(path, frame, fileutil.Options{TempPrefix: diskTmpPrefix, MkdirAll: true}); err != nil {
 		c.log.Warn("segment cache: write failed", "file", path, "err", err)
 		return
 	}
@@ -303,26 +303,6 @@ func (c *diskCache) putSync(p Pointer, frame []byte) {
 	}
 	c.evictLocked(int64(len(frame)))
 	c.insertLocked(e)
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, diskTmpPrefix+hex.EncodeToString(rnd[:]))
-	err := os.WriteFile(tmp, data, 0o600)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err = os.MkdirAll(dir, 0o700); err == nil {
-			err = os.WriteFile(tmp, data, 0o600)
-		}
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
 }
 
 func (c *diskCache) forget(seg uint64) {

@@ -95,6 +95,13 @@ func UnmarshalPointer(b []byte) (Pointer, error) {
 	return p, nil
 }
 
+// Move relocates one extent's frame (repack): from Old to New. fs applies
+// it, reclaim produces it.
+type Move struct {
+	Ino, Extent uint64
+	Old, New    Pointer
+}
+
 // FrameID names what a frame holds; it is bound into the frame's AAD.
 type FrameID struct {
 	Ino, Extent, Gen uint64

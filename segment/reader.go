@@ -68,7 +68,6 @@ func (o *ReaderOptions) Validate() error {
 type ReaderStats struct {
 	MemHits      uint64 // frames served from the memory cache
 	DiskHits     uint64 // frames served from the disk cache
-	PendingHits  uint64 // frames served from a pending (uploading) segment
 	Misses       uint64 // frames fetched from the store
 	Gets         uint64 // ranged GETs sent
 	BytesFetched uint64 // bytes those GETs returned
@@ -92,15 +91,14 @@ type Reader struct {
 
 	mu struct {
 		sync.Mutex
-		mem     *memCache // nil if disabled
-		pending map[uint64][]byte
-		logged  map[corruptSite]struct{}
-		flight  map[corruptSite]*fetchCall // concurrent misses of one frame share a GET
-		closed  bool
+		mem    *memCache // nil if disabled
+		logged map[corruptSite]struct{}
+		flight map[corruptSite]*fetchCall // concurrent misses of one frame share a GET
+		closed bool
 	}
 
-	memHits, diskHits, pendingHits, misses atomic.Uint64
-	gets, fetched, corrupt, diskCorrupt    atomic.Uint64
+	memHits, diskHits, misses           atomic.Uint64
+	gets, fetched, corrupt, diskCorrupt atomic.Uint64
 }
 
 type corruptSite struct {
@@ -125,7 +123,6 @@ func NewReader(o ReaderOptions) (*Reader, error) {
 	if o.MemoryBytes > 0 {
 		r.mu.mem = newMemCache(o.MemoryBytes)
 	}
-	r.mu.pending = map[uint64][]byte{}
 	r.mu.logged = map[corruptSite]struct{}{}
 	r.mu.flight = map[corruptSite]*fetchCall{}
 	if o.DiskDir != "" {
@@ -147,28 +144,10 @@ func (r *Reader) Close() error {
 	defer r.mu.Unlock()
 	r.mu.closed = true
 	r.mu.mem = nil
-	r.mu.pending = nil
 	if r.disk != nil {
 		r.disk.close()
 	}
 	return nil
-}
-
-// AddPending makes a sealed segment that is still uploading readable from
-// memory. data is the Builder.Finish output and must not be modified.
-func (r *Reader) AddPending(segID uint64, data []byte) {
-	r.mu.Lock()
-	if !r.mu.closed {
-		r.mu.pending[segID] = data
-	}
-	r.mu.Unlock()
-}
-
-// RemovePending ends AddPending once the upload is durable.
-func (r *Reader) RemovePending(segID uint64) {
-	r.mu.Lock()
-	delete(r.mu.pending, segID)
-	r.mu.Unlock()
 }
 
 // Forget drops every cached frame of a deleted segment.
@@ -177,7 +156,6 @@ func (r *Reader) Forget(segID uint64) {
 	if r.mu.mem != nil {
 		r.mu.mem.forget(segID)
 	}
-	delete(r.mu.pending, segID)
 	r.mu.Unlock()
 	if r.disk != nil {
 		r.disk.forget(segID)
@@ -189,7 +167,6 @@ func (r *Reader) Stats() ReaderStats {
 	s := ReaderStats{
 		MemHits:      r.memHits.Load(),
 		DiskHits:     r.diskHits.Load(),
-		PendingHits:  r.pendingHits.Load(),
 		Misses:       r.misses.Load(),
 		Gets:         r.gets.Load(),
 		BytesFetched: r.fetched.Load(),
@@ -240,7 +217,7 @@ func (r *Reader) checkPointer(p Pointer) error {
 	return nil
 }
 
-// cached looks in the memory cache, pending segments and the disk cache.
+// cached looks in the memory cache and the disk cache.
 // It returns the plaintext (shared: read-only) or ok=false.
 func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 	r.mu.Lock()
@@ -255,16 +232,7 @@ func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 			return b, true, nil
 		}
 	}
-	pend, isPending := r.mu.pending[p.Segment]
 	r.mu.Unlock()
-	if isPending && p.End() <= uint64(len(pend)) {
-		out, err := DecodeFrame(r.k, id, pend[p.Offset:p.End()], int(p.PlainLen))
-		if err != nil {
-			return nil, false, &CorruptError{Key: Key(p.Segment), Offset: int64(p.Offset), Reason: "pending segment in memory", Err: err}
-		}
-		r.pendingHits.Add(1)
-		return out, true, nil
-	}
 	if r.disk != nil {
 		if f, ok := r.disk.get(p); ok {
 			out, err := DecodeFrame(r.k, id, f, int(p.PlainLen))

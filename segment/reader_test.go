@@ -438,7 +438,7 @@ func TestReadEncoded(t *testing.T) {
 	}
 }
 
-func TestReaderForgetAndPending(t *testing.T) {
+func TestReaderForgetAndClose(t *testing.T) {
 	f := newFixture(t, 3)
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -453,21 +453,8 @@ func TestReaderForgetAndPending(t *testing.T) {
 		t.Fatalf("%d cache files left", files)
 	}
 
-	// A sealed segment still uploading serves reads from memory.
-	const pend = 0x42
-	data, ids, plains, ps := buildSegment(t, f.k, pend, CodecLZ4, 2)
-	r.AddPending(pend, data)
-	f.cs.reset()
-	got, err := r.Read(ctx, ids[1], ps[1])
-	if err != nil || !bytes.Equal(got, plains[1]) || f.cs.total() != 0 {
-		t.Fatalf("pending read: %v, %d requests", err, f.cs.total())
-	}
-	r.RemovePending(pend)
-	if _, err := r.Read(ctx, ids[1], ps[1]); !errors.Is(err, objstore.ErrNotFound) {
-		t.Fatalf("after RemovePending: %v", err)
-	}
 	r.Close()
-	if _, err := r.Read(ctx, ids[1], ps[1]); err == nil {
+	if _, err := r.Read(ctx, f.ids[1], f.ps[1]); err == nil {
 		t.Fatal("read after Close succeeded")
 	}
 }

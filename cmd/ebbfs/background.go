@@ -14,19 +14,7 @@ import (
 	"ebbfs.dev/ebbfs/reclaim"
 )
 
-// engineHost adapts *fs.Engine to reclaim.Host: the engine provides every
-// method except that Repoint takes fs.Move rather than reclaim.Move.
-type engineHost struct{ *fs.Engine }
-
-var _ reclaim.Host = engineHost{}
-
-func (h engineHost) Repoint(out uint64, frameBytes, objSize int64, moves []reclaim.Move) (int, error) {
-	fm := make([]fs.Move, len(moves))
-	for i, m := range moves {
-		fm[i] = fs.Move(m)
-	}
-	return h.Engine.Repoint(out, frameBytes, objSize, fm)
-}
+var _ reclaim.Host = (*fs.Engine)(nil)
 
 // enginePublisher publishes a manifest covering everything written so far
 // (checkpoint creation): barrier, then publication.
@@ -62,7 +50,7 @@ func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.
 		return nil, err
 	}
 	r, err := reclaim.New(reclaim.Options{
-		Host:                 engineHost{e},
+		Host:                 e,
 		Store:                st,
 		Keys:                 k,
 		FlushInterval:        c.Metadata.FlushInterval.D(),

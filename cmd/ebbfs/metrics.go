@@ -207,7 +207,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	rs := p.e.Reader().Stats()
 	counter(ch, c.cacheHits, float64(rs.MemHits), "memory")
 	counter(ch, c.cacheHits, float64(rs.DiskHits), "disk")
-	counter(ch, c.cacheHits, float64(rs.PendingHits), "pending")
 	counter(ch, c.cacheMisses, float64(rs.Misses))
 	gauge(ch, c.cacheBytes, float64(rs.MemBytes), "memory")
 	gauge(ch, c.cacheBytes, float64(rs.DiskBytes), "disk")

@@ -14,8 +14,9 @@ import (
 const module = "ebbfs.dev/ebbfs/"
 
 // shared are the small internal pieces any layer may use (DESIGN section 1:
-// clock, failpoints, key derivation; and the retry loop and histograms).
-var shared = []string{"internal/clock", "internal/failpoint", "internal/keys", "internal/retry", "internal/stats"}
+// clock, failpoints, key derivation; and the retry loop, histograms and
+// atomic file writes).
+var shared = []string{"internal/clock", "internal/failpoint", "internal/fileutil", "internal/keys", "internal/retry", "internal/stats"}
 
 // layers lists, for every package of the module, the packages of the
 // module its non-test files may import (DESIGN section 1: imports go
@@ -41,6 +42,7 @@ var layers = map[string][]string{
 	"internal/keys":      {},
 	"internal/retry":     {"internal/clock"},
 	"internal/stats":     {},
+	"internal/fileutil":  {},
 	"internal/lint":      {},
 	"bench/mountbench":   {},
 	"tests":              {"*"},
