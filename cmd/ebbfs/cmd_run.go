@@ -342,7 +342,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	srv, err := fuse.Mount(e, mp, fuse.MountOptions{
 		AllowOther:         *c.Mount.AllowOther,
 		DefaultPermissions: *c.Mount.DefaultPermissions,
-		FsName:             fuse.Name,
+		FsName:             mountSource(c),
 		Logger:             log,
 		Debug:              os.Getenv("EBBFS_FUSE_DEBUG") != "",
 		Ops:                p.fuseOps,

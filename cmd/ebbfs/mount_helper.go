@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +33,9 @@ program (a symlink to ebbfs) starts "ebbfs run -c CONFIG" detached, logging
 to ebbfs.log in the cache directory, and returns once the mount is up. The
 option "ro" runs a read-only reader; generic mount options (defaults,
 _netdev, nofail, noauto, user, rw, ...) are accepted and ignored. At boot the
-password must come from [encryption] password_file.`,
+password must come from [encryption] password_file. The mount's source is
+the config file's path. "-o remount" succeeds when it asks for what the
+mount already is, and fails with the reason when it asks for a change.`,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return mountHelper(args)
@@ -43,6 +46,8 @@ password must come from [encryption] password_file.`,
 type helperArgs struct {
 	config, mountpoint string
 	readOnly           bool
+	rwGiven            bool // "ro" or "rw" was among the options
+	remount            bool
 	fake, verbose      bool
 	ignored            []string
 }
@@ -91,9 +96,11 @@ func (h *helperArgs) addOptions(s string) {
 		switch {
 		case o == "":
 		case o == "ro":
-			h.readOnly = true
+			h.readOnly, h.rwGiven = true, true
 		case o == "rw":
-			h.readOnly = false
+			h.readOnly, h.rwGiven = false, true
+		case o == "remount":
+			h.remount = true
 		default:
 			// Generic mount(8) and fstab options (defaults, _netdev, nofail,
 			// noauto, user, x-systemd.*, ...) and FUSE options that [mount]
@@ -107,6 +114,12 @@ func mountHelper(args []string) error {
 	h, err := parseHelperArgs(args)
 	if err != nil {
 		return err
+	}
+	if h.remount {
+		if h.fake {
+			return nil
+		}
+		return remount(h)
 	}
 	c, err := config.Load(h.config)
 	if err != nil {
@@ -222,4 +235,62 @@ func removeIfSocket(p string) error {
 		return nil
 	}
 	return os.Remove(p)
+}
+
+// fstabOnly are options that only mean something to mount(8) or fstab; a
+// remount may repeat them freely.
+var fstabOnly = map[string]bool{
+	"defaults": true, "_netdev": true, "nofail": true, "auto": true, "noauto": true,
+	"user": true, "nouser": true, "users": true, "owner": true, "group": true,
+	"remount": true,
+}
+
+// remount handles "mount -o remount[,OPTIONS] MOUNTPOINT". ebbfs cannot
+// change a live mount: a remount that asks for what the mount already is
+// (the same config, the same ro/rw, options it already has) succeeds and
+// changes nothing; one that asks for a change fails and says why.
+func remount(h *helperArgs) error {
+	mp, err := canonicalMountpoint(h.mountpoint)
+	if err != nil {
+		return err
+	}
+	m, ok, err := findMount(mp)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("remount: nothing is mounted at %s", mp)
+	case m.FSType != "fuse."+fuse.Name:
+		return fmt.Errorf("remount: %s is a %s mount, not ebbfs", mp, m.FSType)
+	case deadFUSEMount(mp):
+		return fmt.Errorf("remount: the ebbfs mount at %s is dead (its writer exited); unmount it and mount again", mp)
+	}
+	// mount(8) passes the mount's source, which is its config file.
+	if h.config != "" && h.config != m.Source && h.config != fuse.Name {
+		want, err := filepath.Abs(h.config)
+		if err != nil || want != m.Source {
+			return fmt.Errorf("remount: %s is mounted from %s, not %s; ebbfs cannot switch a live mount to another config (unmount it and mount again)", mp, m.Source, h.config)
+		}
+	}
+	cur := map[string]bool{}
+	for _, o := range strings.Split(m.Options+","+m.Super, ",") {
+		cur[o] = true
+	}
+	if h.rwGiven && h.readOnly != cur["ro"] {
+		from, to := "read-write", "read-only"
+		if cur["ro"] {
+			from, to = to, from
+		}
+		return fmt.Errorf("remount: ebbfs cannot change the live mount at %s from %s to %s; unmount it and mount again with -o %s", mp, from, to, map[bool]string{true: "ro", false: "rw"}[h.readOnly])
+	}
+	for _, o := range h.ignored {
+		if fstabOnly[o] || strings.HasPrefix(o, "x-") || strings.HasPrefix(o, "comment=") || cur[o] {
+			continue
+		}
+		return fmt.Errorf("remount: option %q cannot be changed on the live ebbfs mount at %s (mounted with %s); unmount it and mount again", o, mp, m.Options)
+	}
+	if h.verbose {
+		fmt.Fprintf(os.Stderr, "mount.fuse.ebbfs: %s: remount with the same options: nothing to change\n", mp)
+	}
+	return nil
 }

@@ -13,13 +13,15 @@ func TestParseHelperArgs(t *testing.T) {
 		wantErr bool
 	}{
 		{args: []string{"/etc/ebbfs/ebbfs.toml", "/mnt/ebbfs", "-o", "rw,_netdev"},
-			want: helperArgs{config: "/etc/ebbfs/ebbfs.toml", mountpoint: "/mnt/ebbfs", ignored: []string{"_netdev"}}},
+			want: helperArgs{config: "/etc/ebbfs/ebbfs.toml", mountpoint: "/mnt/ebbfs", rwGiven: true, ignored: []string{"_netdev"}}},
 		{args: []string{"c.toml", "/m", "-o", "defaults,ro", "-n", "-s"},
-			want: helperArgs{config: "c.toml", mountpoint: "/m", readOnly: true, ignored: []string{"defaults"}}},
+			want: helperArgs{config: "c.toml", mountpoint: "/m", readOnly: true, rwGiven: true, ignored: []string{"defaults"}}},
 		{args: []string{"-oro,nofail", "c", "m", "-v", "-t", "fuse.ebbfs"},
-			want: helperArgs{config: "c", mountpoint: "m", readOnly: true, verbose: true, ignored: []string{"nofail"}}},
+			want: helperArgs{config: "c", mountpoint: "m", readOnly: true, rwGiven: true, verbose: true, ignored: []string{"nofail"}}},
 		{args: []string{"c", "m", "-f"}, want: helperArgs{config: "c", mountpoint: "m", fake: true}},
-		{args: []string{"c", "m", "-o", "ro", "-o", "rw"}, want: helperArgs{config: "c", mountpoint: "m"}},
+		{args: []string{"c", "m", "-o", "ro", "-o", "rw"}, want: helperArgs{config: "c", mountpoint: "m", rwGiven: true}},
+		{args: []string{"/etc/e.toml", "/m", "-o", "remount,noatime"},
+			want: helperArgs{config: "/etc/e.toml", mountpoint: "/m", remount: true, ignored: []string{"noatime"}}},
 		{args: []string{"c"}, wantErr: true},
 		{args: []string{"c", "m", "extra"}, wantErr: true},
 		{args: []string{"c", "m", "-o"}, wantErr: true},
@@ -53,9 +55,9 @@ garbage line
 `)
 	got := parseMountinfo(in)
 	want := []mountEntry{
-		{Mountpoint: "/proc", FSType: "proc", Source: "proc", Options: "rw,nosuid"},
-		{Mountpoint: "/tmp/with space", FSType: "fuse.ebbfs", Source: "ebbfs", Options: "rw,nosuid,nodev,relatime"},
-		{Mountpoint: "/mnt/x", FSType: "fuse.ebbfs", Source: "/etc/ebbfs x.toml", Options: "rw"},
+		{Mountpoint: "/proc", FSType: "proc", Source: "proc", Options: "rw,nosuid", Super: "rw"},
+		{Mountpoint: "/tmp/with space", FSType: "fuse.ebbfs", Source: "ebbfs", Options: "rw,nosuid,nodev,relatime", Super: "rw,user_id=0,group_id=0"},
+		{Mountpoint: "/mnt/x", FSType: "fuse.ebbfs", Source: "/etc/ebbfs x.toml", Options: "rw", Super: "rw"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"ebbfs.dev/ebbfs/fs/fuse"
+	"ebbfs.dev/ebbfs/internal/config"
 )
 
 // mountEntry is one line of /proc/self/mountinfo.
@@ -16,7 +19,8 @@ type mountEntry struct {
 	Mountpoint string
 	FSType     string
 	Source     string
-	Options    string
+	Options    string // per-mount options (rw, nosuid, ...)
+	Super      string // superblock options (user_id, default_permissions, ...)
 }
 
 // readMounts parses /proc/self/mountinfo.
@@ -46,12 +50,16 @@ func parseMountinfo(b []byte) []mountEntry {
 		if sep < 0 || len(f) < sep+3 {
 			continue
 		}
-		out = append(out, mountEntry{
+		e := mountEntry{
 			Mountpoint: unescapeMount(f[4]),
 			Options:    f[5],
 			FSType:     f[sep+1],
 			Source:     unescapeMount(f[sep+2]),
-		})
+		}
+		if len(f) > sep+3 {
+			e.Super = f[sep+3]
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -108,4 +116,16 @@ func canonicalMountpoint(p string) (string, error) {
 		return filepath.Clean(abs), nil
 	}
 	return real, nil
+}
+
+// mountSource is the source the mount shows in /proc/mounts, findmnt and
+// df: the absolute path of the config file, which is also what
+// "mount -t fuse.ebbfs CONFIG MOUNTPOINT" and an fstab line name, so tools
+// (and test suites) identify the mount by it. A config not loaded from a
+// file shows as "ebbfs".
+func mountSource(c *config.Config) string {
+	if c.Path == "" {
+		return fuse.Name
+	}
+	return c.Path
 }
