@@ -333,18 +333,10 @@ func (e *Engine) load(ctx context.Context) error {
 func (e *Engine) now() int64 { return e.clk.Now().UnixNano() }
 
 // scan calls f for every key in [lower, upper).
+// A callback that returns errStopScan ends the scan early; scan then
+// returns errStopScan.
 func (e *Engine) scan(lower, upper []byte, f func(k, v []byte) error) error {
-	it, err := e.newIter(lower, upper)
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := f(it.Key(), it.Value()); err != nil {
-			return err
-		}
-	}
-	return it.Error()
+	return e.mapErr(e.db.Scan(lower, upper, f))
 }
 
 func (e *Engine) commit(b *lsm.Batch) error {

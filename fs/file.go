@@ -78,31 +78,26 @@ type extentPointer struct {
 	p   segment.Pointer
 }
 
-// pointersIn returns the visible committed pointers (visiblePointer) of extents [from, to) of ino in
-// index order, read in one pass of an iterator rather than a lookup per
-// extent.
+// pointersIn returns the visible committed pointers (visiblePointer) of
+// extents [from, to) of ino in index order, read in one scan rather than a
+// lookup per extent.
 func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
 	lo, hi := schema.ExtentRange(ino, from, to)
-	it, err := e.newIter(lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
 	var out []extentPointer
 	masked := e.ranges.has(ino)
-	for ok := it.First(); ok; ok = it.Next() {
-		_, idx, err := schema.ParseExtentKey(it.Key())
+	err := e.scan(lo, hi, func(k, v []byte) error {
+		_, idx, err := schema.ParseExtentKey(k)
 		if err != nil {
-			return nil, fmt.Errorf("fs: extent key %x: %w", it.Key(), err)
+			return fmt.Errorf("fs: extent key %x: %w", k, err)
 		}
-		p, err := segment.UnmarshalPointer(it.Value())
+		p, err := segment.UnmarshalPointer(v)
 		if err != nil {
-			return nil, fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
+			return fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
 		}
-		if masked && e.ranges.dead(ino, idx, p) {
-			continue
+		if !masked || !e.ranges.dead(ino, idx, p) {
+			out = append(out, extentPointer{idx, p})
 		}
-		out = append(out, extentPointer{idx, p})
-	}
-	return out, e.mapErr(it.Error())
+		return nil
+	})
+	return out, err
 }

@@ -99,17 +99,7 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 	r := &FsckReport{}
 	scan := func(prefix byte, f func(k, v []byte) error) error {
 		lo, hi := schema.PrefixRange(prefix)
-		it, err := db.NewIter(lo, hi)
-		if err != nil {
-			return err
-		}
-		defer it.Close()
-		for ok := it.First(); ok; ok = it.Next() {
-			if err := f(it.Key(), it.Value()); err != nil {
-				return err
-			}
-		}
-		return it.Error()
+		return db.Scan(lo, hi, f)
 	}
 	inodes := map[uint64]*fsckInode{}
 	if err := scan(schema.PInode, func(key, v []byte) error {

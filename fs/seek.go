@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/segment"
@@ -30,33 +31,31 @@ func (e *Engine) nextDataLocked(n *inode, idx uint64) (uint64, bool, error) {
 		}
 	}
 	lo, hi := schema.ExtentRange(n.ino, idx, 0)
-	it, err := e.newIter(lo, hi)
-	if err != nil {
-		return 0, false, err
-	}
-	defer it.Close()
 	masked := e.ranges.has(n.ino)
-	for ok := it.First(); ok; ok = it.Next() {
-		_, i, err := schema.ParseExtentKey(it.Key())
+	err := e.scan(lo, hi, func(k, v []byte) error {
+		_, i, err := schema.ParseExtentKey(k)
 		if err != nil {
-			return 0, false, err
+			return err
 		}
 		if found && i >= best {
-			break
+			return errStopScan
 		}
 		if masked {
-			p, err := segment.UnmarshalPointer(it.Value())
+			p, err := segment.UnmarshalPointer(v)
 			if err != nil {
-				return 0, false, err
+				return err
 			}
 			if e.ranges.dead(n.ino, i, p) {
-				continue // dropped by a truncate; the cleaner removes it
+				return nil // dropped by a truncate; the cleaner removes it
 			}
 		}
 		best, found = i, true
-		break
+		return errStopScan
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return 0, false, err
 	}
-	return best, found, it.Error()
+	return best, found, nil
 }
 
 // seek runs f on ino's loaded inode with its size, after the checks

@@ -156,6 +156,29 @@ func (db *DB) NewIter(lower, upper []byte) (*pebble.Iterator, error) {
 	return it, err
 }
 
+// ErrStopScan, returned by a Scan callback, ends the scan without error.
+var ErrStopScan = errors.New("lsm: stop scan")
+
+// Scan calls f for every key in [lower, upper) in order, in one iterator
+// (a consistent view). The slices are valid only during the call. It
+// stops at f's first error, which it returns (ErrStopScan: nil).
+func (db *DB) Scan(lower, upper []byte, f func(k, v []byte) error) error {
+	it, err := db.NewIter(lower, upper)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := f(it.Key(), it.Value()); err != nil {
+			if errors.Is(err, ErrStopScan) {
+				return nil
+			}
+			return err
+		}
+	}
+	return it.Error()
+}
+
 // Batch collects mutations applied atomically by Commit. A batch is used
 // once: Commit or Close releases it.
 type Batch struct {

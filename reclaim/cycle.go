@@ -177,26 +177,22 @@ func (r *Reclaimer) isCandidate(c counterEntry) bool {
 // requests. Malformed records are reported and skipped (never acted on).
 func (r *Reclaimer) scanCounters() ([]counterEntry, error) {
 	lo, hi := schema.PrefixRange(schema.PCounter)
-	it, err := r.host.DB().NewIter(lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
 	var out []counterEntry
-	for ok := it.First(); ok; ok = it.Next() {
-		id, err := schema.ParseU64Key(it.Key(), schema.PCounter)
+	err := r.host.DB().Scan(lo, hi, func(k, v []byte) error {
+		id, err := schema.ParseU64Key(k, schema.PCounter)
 		if err != nil {
-			r.log.Error("reclaim: malformed counter key; skipping it", "key", fmt.Sprintf("%x", it.Key()))
-			continue
+			r.log.Error("reclaim: malformed counter key; skipping it", "key", fmt.Sprintf("%x", k))
+			return nil
 		}
-		live, total, size, err := lsm.DecodeCounter(it.Value())
+		live, total, size, err := lsm.DecodeCounter(v)
 		if err != nil {
 			r.log.Error("reclaim: malformed counter; skipping its segment", "segment", fmt.Sprintf("%016x", id), "err", err)
-			continue
+			return nil
 		}
 		out = append(out, counterEntry{id: id, live: live, total: total, size: size})
-	}
-	return out, it.Error()
+		return nil
+	})
+	return out, err
 }
 
 // deleteDue verifies and deletes dead segments whose deadline passed,

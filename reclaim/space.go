@@ -137,36 +137,24 @@ func (r *Reclaimer) SpaceLocal() (SpaceReport, error) {
 func (r *Reclaimer) tombstones(rep *SpaceReport) error {
 	db := r.host.DB()
 	lo, hi := schema.PrefixRange(schema.PTombstone)
-	it, err := db.NewIter(lo, hi)
-	if err != nil {
-		return err
-	}
 	var inos []uint64
-	for ok := it.First(); ok; ok = it.Next() {
-		if ino, err := schema.ParseU64Key(it.Key(), schema.PTombstone); err == nil {
+	if err := db.Scan(lo, hi, func(k, _ []byte) error {
+		if ino, err := schema.ParseU64Key(k, schema.PTombstone); err == nil {
 			inos = append(inos, ino)
 		}
-	}
-	err = it.Error()
-	it.Close()
-	if err != nil {
+		return nil
+	}); err != nil {
 		return err
 	}
 	rep.TombstonesPending = len(inos)
 	for _, ino := range inos {
 		elo, ehi := schema.ExtentRange(ino, 0, 0)
-		it, err := db.NewIter(elo, ehi)
-		if err != nil {
-			return err
-		}
-		for ok := it.First(); ok; ok = it.Next() {
-			if p, err := segment.UnmarshalPointer(it.Value()); err == nil {
+		if err := db.Scan(elo, ehi, func(_, v []byte) error {
+			if p, err := segment.UnmarshalPointer(v); err == nil {
 				rep.TombstoneBytes += int64(p.Length)
 			}
-		}
-		err = it.Error()
-		it.Close()
-		if err != nil {
+			return nil
+		}); err != nil {
 			return err
 		}
 	}
