@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // tmuxMonitor runs `ebbfs monitor` for env e in a detached tmux session
@@ -28,7 +30,7 @@ func startMonitor(t *testing.T, e *env, width, height int) *tmuxMonitor {
 	script := fmt.Sprintf("%s monitor -c %s --interval 200ms; echo $? > %s; sleep 2", ebbfsBin, e.cfg, m.exitFile)
 	cmd := exec.Command(tmux, "-L", m.sock, "-f", "/dev/null", "new-session", "-d", "-s", "mon",
 		"-x", fmt.Sprint(width), "-y", fmt.Sprint(height), "sh", "-c", script)
-	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "LANG=C.UTF-8")
+	cmd.Env = append(os.Environ(), "TERM=xterm-256color", "COLORTERM=truecolor", "LANG=C.UTF-8")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("tmux new-session: %v\n%s", err, out)
 	}
@@ -67,6 +69,32 @@ func (m *tmuxMonitor) waitScreen(timeout time.Duration, what string, re *regexp.
 	}
 	m.t.Fatalf("the monitor never showed %s (%s) within %s; last screen:\n%s", what, re, timeout, last)
 	return nil
+}
+
+// screenshot renders the screen, colours included, to dir/name.png with
+// headless Chromium (for docs/: make screenshots).
+func (m *tmuxMonitor) screenshot(dir, name string) {
+	m.t.Helper()
+	out, err := exec.Command(m.tmux, "-L", m.sock, "capture-pane", "-e", "-p", "-t", "mon").Output()
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	htmlPath := filepath.Join(dir, name+".html")
+	if err := os.WriteFile(htmlPath, []byte(ansiToHTML(string(out))), 0o644); err != nil {
+		m.t.Fatal(err)
+	}
+	ctx := browser(m.t)
+	if err := chromedp.Do(ctx, chromedp.Navigate("file://"+htmlPath)); err != nil {
+		m.t.Fatal(err)
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		m.t.Fatal(err)
+	}
+	os.Remove(htmlPath)
 }
 
 // quit presses q and requires exit status 0.
@@ -126,6 +154,9 @@ func TestMonitorShowsReclamation(t *testing.T) {
 	g = m.waitScreen(10*time.Second, "the dead segment awaiting its deadline",
 		regexp.MustCompile(`awaiting\s+(2\.0 MiB)\s+in 1 segments awaiting their deadline, first due in`))
 	t.Logf("%s: %s awaiting the deadline", time.Since(start).Round(time.Millisecond), g[1])
+	if dir := os.Getenv("EBBFS_SCREENSHOTS"); dir != "" {
+		m.screenshot(dir, "monitor")
+	}
 	// ...then a cycle deletes it and says so.
 	g = m.waitScreen(30*time.Second, "the cycle that freed it",
 		regexp.MustCompile(`last [^\n]* ok \((deadline|dead bytes)\): deleted 1, freed (2\.0 MiB)`))

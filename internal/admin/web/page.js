@@ -192,22 +192,22 @@
   }
 
   function axisLabels(g, w, h, maxv, fmt) {
-    g.appendChild(svg("line", { "class": "axis", x1: 40, y1: h - 18, x2: w, y2: h - 18 }));
+    g.appendChild(svg("line", { "class": "axis", x1: 56, y1: h - 18, x2: w, y2: h - 18 }));
     g.appendChild(svg("text", { x: 0, y: 12 }, fmt(maxv)));
     g.appendChild(svg("text", { x: 0, y: h - 20 }, "0"));
   }
 
   function renderTombChart(hist) {
-    var box = $("chart-tombstones"), W = 600, H = 180;
+    var box = $("chart-tombstones"), W = Math.max(300, box.clientWidth || 600), H = 180;
     clear(box);
     box.setAttribute("viewBox", "0 0 " + W + " " + H);
     var pts = hist.tombstones || [], maxv = 1;
     pts.forEach(function (p) { maxv = Math.max(maxv, p.extents, p.tombstones); });
     axisLabels(box, W, H, maxv, function (v) { return String(v); });
-    var span = 3600 * 1000, now = hist.now_ms, x0 = 40, cw = W - x0, bw = Math.max(1.5, cw / 360 - 0.5);
+    var span = 3600 * 1000, now = hist.now_ms, x0 = 56, cw = W - x0, bw = Math.max(1.5, cw / 360 - 0.5);
     var total = 0;
     pts.forEach(function (p) {
-      var x = x0 + cw * (1 - (now - p.t) / span);
+      var x = x0 + cw * (1 - (now - p.t) / span) - bw;
       if (x < x0) return;
       var he = (H - 22) * p.extents / maxv, ht = (H - 22) * p.tombstones / maxv;
       var r1 = svg("rect", { "class": "s2 pt", x: x.toFixed(1), y: (H - 18 - he).toFixed(1), width: bw.toFixed(1), height: Math.max(0.5, he).toFixed(1),
@@ -218,18 +218,18 @@
       total += p.extents;
     });
     box.appendChild(svg("text", { x: x0, y: H - 4 }, "−60 min"));
-    box.appendChild(svg("text", { x: W - 30, y: H - 4 }, "now"));
+    box.appendChild(svg("text", { x: W - 26, y: H - 4 }, "now"));
     setText("tomb-sum", total + " extents deleted in the last hour");
   }
 
   function renderCycleChart(hist) {
-    var box = $("chart-cycles"), W = 600, H = 180;
+    var box = $("chart-cycles"), W = Math.max(300, box.clientWidth || 600), H = 180;
     clear(box);
     box.setAttribute("viewBox", "0 0 " + W + " " + H);
     var cs = hist.cycles || [], maxv = 1;
     cs.forEach(function (c) { maxv = Math.max(maxv, c.bytes_freed); });
     axisLabels(box, W, H, maxv, human);
-    var x0 = 40, cw = W - x0, n = Math.max(cs.length, 20), bw = cw / n;
+    var x0 = 56, cw = W - x0, n = Math.max(cs.length, 30), bw = Math.min(cw / n, 40);
     cs.forEach(function (c, i) {
       var h = (H - 22) * c.bytes_freed / maxv;
       var r = svg("rect", { "class": "s3 pt", x: (x0 + i * bw + 1).toFixed(1), y: (H - 18 - h).toFixed(1), width: Math.max(1, bw - 2).toFixed(1), height: Math.max(0.5, h).toFixed(1),
