@@ -2,7 +2,8 @@
 # Installs what the ebbfs tests need on a fresh Debian/Ubuntu machine:
 #   fuse3 (fusermount3, /dev/fuse users), libnbd-bin (nbdinfo, nbdcopy),
 #   nbdfuse, qemu-utils (qemu-img, qemu-nbd), e2fsprogs (mkfs.ext4), util-linux
-#   (mount, umount), and the S3 server (scripts/install-s3-server.sh).
+#   (mount, umount), tmux (the monitor test), chromium (the status page test,
+#   headless), and the S3 server (scripts/install-s3-server.sh).
 # Idempotent: installs only what is missing; runs apt-get update only when
 # it has something to install. As non-root it only reports what is missing.
 set -euo pipefail
@@ -17,10 +18,12 @@ declare -A probe=(
 	[qemu-utils]=qemu-img
 	[e2fsprogs]=mkfs.ext4
 	[util-linux]=umount
+	[tmux]=tmux
+	[chromium]=chromium
 )
 
 missing=()
-for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux; do
+for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium; do
 	if ! command -v "${probe[$pkg]}" >/dev/null 2>&1 && ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
 		missing+=("$pkg")
 	fi
