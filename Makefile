@@ -4,11 +4,12 @@
 #   make test      install what the tests need (as root) and run every test
 #   make lint      gofmt, go vet (both builds), go mod tidy, staticcheck
 #   make bench     benchmarks
-#   make install   /usr/local/bin/ebbfs and /sbin/mount.fuse.ebbfs
+#   make install   /usr/local/bin/ebbfs, /sbin/mount.fuse.ebbfs, the systemd unit, shell completions
 
 GO          ?= go
 PREFIX      ?= /usr/local
 SBINDIR     ?= /sbin
+SYSTEMDDIR  ?= /etc/systemd/system
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION)
 BIN         := bin/ebbfs
@@ -95,10 +96,21 @@ install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ebbfs
 	install -d $(DESTDIR)$(SBINDIR)
 	ln -sf $(PREFIX)/bin/ebbfs $(DESTDIR)$(SBINDIR)/mount.fuse.ebbfs
-	@echo "installed $(PREFIX)/bin/ebbfs and $(SBINDIR)/mount.fuse.ebbfs"
+	install -D -m 0644 docs/ebbfs.service $(DESTDIR)$(SYSTEMDDIR)/ebbfs.service
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	$(BIN) completion bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ebbfs
+	$(BIN) completion zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ebbfs
+	$(BIN) completion fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ebbfs.fish
+	@echo "installed $(PREFIX)/bin/ebbfs, $(SBINDIR)/mount.fuse.ebbfs, $(SYSTEMDDIR)/ebbfs.service and shell completions"
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/ebbfs $(DESTDIR)$(SBINDIR)/mount.fuse.ebbfs
+	rm -f $(DESTDIR)$(PREFIX)/bin/ebbfs $(DESTDIR)$(SBINDIR)/mount.fuse.ebbfs $(DESTDIR)$(SYSTEMDDIR)/ebbfs.service
+	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ebbfs $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ebbfs $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ebbfs.fish
+
+# make screenshots: regenerate docs/monitor.png and docs/webpage.png from
+# the monitor and status page tests (needs what make test needs).
+screenshots: deps
+	EBBFS_SCREENSHOTS=$(CURDIR)/docs $(GO) test -count=1 -run 'TestMonitorShowsReclamation|TestWebPageChartsReclamation' ./tests
 
 clean:
 	rm -rf bin

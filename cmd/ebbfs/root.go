@@ -28,9 +28,9 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version,
-		CompletionOptions: cobra.CompletionOptions{
-			DisableDefaultCmd: true,
-		},
+		// ebbfs completion bash|zsh|fish|powershell prints a completion
+		// script (make install installs them).
+		CompletionOptions: cobra.CompletionOptions{},
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &usageError{fmt.Errorf("%w\nrun '%s --help' for usage", err, c.CommandPath())}
