@@ -2,8 +2,10 @@ package tests
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -192,3 +194,44 @@ func grepLines(s, prefix, skip string) string {
 	}
 	return b.String()
 }
+
+// TestGrafanaDashboardUsesDocumentedSeries: every ebbfs_ series the
+// dashboard in docs/ queries is documented in docs/METRICS.md.
+func TestGrafanaDashboardUsesDocumentedSeries(t *testing.T) {
+	b, err := os.ReadFile("../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("docs/grafana-dashboard.json: %v", err)
+	}
+	docs := documentedMetrics(t)
+	used := map[string]bool{}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, name := range seriesName.FindAllString(tg.Expr, -1) {
+				base := name
+				for _, suf := range []string{"_bucket", "_count", "_sum"} {
+					if b := strings.TrimSuffix(name, suf); b != name && docs[b].typ == "histogram" {
+						base = b
+					}
+				}
+				if _, ok := docs[base]; !ok {
+					t.Errorf("panel %q queries %s, which docs/METRICS.md does not document", p.Title, name)
+				}
+				used[base] = true
+			}
+		}
+	}
+	if len(used) < 30 {
+		t.Errorf("the dashboard uses only %d ebbfs series", len(used))
+	}
+}
+
+var seriesName = regexp.MustCompile(`ebbfs_[a-z0-9_]+`)
