@@ -40,6 +40,8 @@ type Engine struct {
 
 	cacheLock *os.File // flock on CacheDir/LOCK, held until Close
 
+	space spaceCache // quota accounting (space.go)
+
 	ns struct {
 		sync.Mutex
 		nextIno uint64

@@ -21,6 +21,7 @@ type Options struct {
 	FlushInterval    time.Duration // periodic barrier (default 1s)
 	SegmentTarget    int64         // seal the open segment at this size (default 32 MiB)
 	DirtyLimit       int64         // writes block above this many dirty bytes (default 128 MiB)
+	MaxSize          int64         // capacity ([filesystem] max_size); writes past it fail with ErrNoSpace. 0: none
 	ReadOnly         bool
 	// PinManifest, if not 0, serves exactly the state of that published
 	// manifest (a checkpoint), read-only, without following the writer.

@@ -83,6 +83,9 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if err := e.reserveSpace(int64(len(p))); err != nil {
+		return 0, err
+	}
 	if err := e.waitDirty(ctx); err != nil {
 		return 0, err
 	}

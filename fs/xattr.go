@@ -94,33 +94,3 @@ func (e *Engine) RemoveXattr(ctx context.Context, ino uint64, name string) error
 	t.modify(n, func(a *Attr) { a.Ctime = t.now })
 	return t.finish(nil)
 }
-
-// StatFS reports capacity. An object store has no fixed size, so ebbfs
-// reports a large one (1 PiB) minus what is stored.
-func (e *Engine) StatFS(ctx context.Context) (StatFS, error) {
-	const bs = 4096
-	const total = (1 << 50) / bs
-	e.ns.Lock()
-	next := e.ns.nextIno
-	e.ns.Unlock()
-	used := uint64(0)
-	if live, err := e.LiveBytes(); err == nil {
-		used = uint64(live) / bs
-	}
-	return StatFS{BlockSize: bs, Blocks: total, BlocksFree: total - min(used, total),
-		Files: 1 << 40, FilesFree: 1<<40 - next, NameLen: MaxNameLen}, nil
-}
-
-// LiveBytes sums the live-byte counters of all segments.
-func (e *Engine) LiveBytes() (int64, error) {
-	var sum int64
-	lo, hi := schema.PrefixRange(schema.PCounter)
-	err := e.scan(lo, hi, func(_, v []byte) error {
-		live, _, _, err := decodeCounter(v)
-		if err == nil {
-			sum += live
-		}
-		return nil
-	})
-	return sum, err
-}

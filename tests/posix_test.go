@@ -1,8 +1,11 @@
 package tests
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -54,5 +57,83 @@ func TestMountSourceAndRemount(t *testing.T) {
 			t.Fatalf("after a refused mount -o %s: %v", c.opts, err)
 		}
 	}
+	p.stop()
+}
+
+// TestMaxSizeQuota: with [filesystem] max_size, statfs reports that
+// capacity, writes past it fail with ENOSPC (and nothing else), everything
+// accepted before is kept (fsync succeeds, and it survives kill -9 and
+// recovery from the store), and deleting data makes room again.
+func TestMaxSizeQuota(t *testing.T) {
+	const maxSize = 8 << 20
+	e := newEnv(t)
+	e.writeConfig("\n[filesystem]\nmax_size = \"8MiB\"\n")
+	e.init()
+	p := e.mount()
+
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(e.mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Blocks * uint64(st.Bsize); got != maxSize {
+		t.Fatalf("statfs capacity %d, want max_size %d", got, maxSize)
+	}
+	if st.Bfree > st.Blocks || st.Bavail != st.Bfree || st.Bfree*uint64(st.Bsize) < maxSize-1<<20 {
+		t.Fatalf("statfs of an empty filesystem: blocks %d free %d avail %d", st.Blocks, st.Bfree, st.Bavail)
+	}
+
+	f, err := os.OpenFile(e.path("fill"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var accepted []byte
+	var werr error
+	for i := 0; i < 64 && werr == nil; i++ {
+		chunk := randBytes(t, 256<<10)
+		var n int
+		n, werr = f.Write(chunk)
+		accepted = append(accepted, chunk[:n]...)
+	}
+	if !errors.Is(werr, syscall.ENOSPC) {
+		t.Fatalf("writing 16 MiB into an 8 MiB filesystem: %v after %d bytes, want ENOSPC", werr, len(accepted))
+	}
+	t.Logf("ENOSPC after %d bytes accepted (max_size %d)", len(accepted), maxSize)
+	if len(accepted) > maxSize || len(accepted) < maxSize-1<<20 {
+		t.Fatalf("%d bytes accepted before ENOSPC, want close to and at most %d", len(accepted), maxSize)
+	}
+	// Full: other files cannot grow either, but metadata still works.
+	if err := os.WriteFile(e.path("more"), randBytes(t, 1<<20), 0o644); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write to another file when full: %v, want ENOSPC", err)
+	}
+	if err := os.Mkdir(e.path("dir"), 0o755); err != nil {
+		t.Fatalf("mkdir when full: %v", err)
+	}
+	// What was accepted is kept: fsync succeeds and the data survives.
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync after ENOSPC: %v", err)
+	}
+	f.Close()
+	if err := syscall.Statfs(e.mnt, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Bfree*uint64(st.Bsize) > 1<<20 {
+		t.Errorf("statfs free %d blocks when full", st.Bfree)
+	}
+	p.kill()
+	if err := os.RemoveAll(e.cache); err != nil {
+		t.Fatal(err)
+	}
+	p = e.mount()
+	if got := readFile(t, e.path("fill")); !bytes.Equal(got, accepted) {
+		t.Fatalf("after recovery: fill has %d bytes, want the %d accepted", len(got), len(accepted))
+	}
+	// Deleting gives the space back.
+	if err := os.Remove(e.path("fill")); err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(t, 4<<20)
+	writeFile(t, e.path("after-delete"), data)
+	fsyncFile(t, e.path("after-delete"))
 	p.stop()
 }

@@ -255,6 +255,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		MemoryCacheBytes: int64(c.Cache.MemorySize),
 		DiskCacheBytes:   int64(c.Cache.DiskSize),
 		FlushInterval:    c.Metadata.FlushInterval.D(),
+		MaxSize:          int64(c.Filesystem.MaxSize),
 		ReadOnly:         f.readOnly,
 		PinManifest:      pin,
 		Holder:           fmt.Sprintf("ebbfs run pid %d on %s", os.Getpid(), host),

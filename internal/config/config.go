@@ -48,6 +48,7 @@ type Config struct {
 	Cache      Cache      `toml:"cache"`
 	Mount      Mount      `toml:"mount"`
 	Metadata   Metadata   `toml:"metadata"`
+	Filesystem Filesystem `toml:"filesystem"`
 	Reclaim    Reclaim    `toml:"reclaim"`
 	NBD        NBD        `toml:"nbd"`
 	Admin      Admin      `toml:"admin"`
@@ -96,6 +97,15 @@ type Mount struct {
 // Metadata controls the periodic durability barrier.
 type Metadata struct {
 	FlushInterval Duration `toml:"flush_interval"`
+}
+
+// Filesystem holds limits of the filesystem itself.
+type Filesystem struct {
+	// MaxSize, if set, is the filesystem's capacity: statfs reports it,
+	// and writes and fallocate that would take the stored data past it
+	// fail with ENOSPC. Unset (the default) means no quota, and statfs
+	// reports a large nominal capacity (1 PiB).
+	MaxSize Size `toml:"max_size,omitzero"`
 }
 
 // Reclaim tunes space reclamation.
@@ -175,6 +185,7 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 		{"reclaim", "min_dead_percent"},
 		{"cache", "disk_size"},
 		{"cache", "memory_size"},
+		{"filesystem", "max_size"},
 	} {
 		if md.IsDefined(k...) && c.isZero(k[0]+"."+k[1]) {
 			return nil, fmt.Errorf("%s.%s must not be zero (remove the key to use the default)", k[0], k[1])
@@ -202,6 +213,8 @@ func (c *Config) isZero(key string) bool {
 		return c.Cache.DiskSize == 0
 	case "cache.memory_size":
 		return c.Cache.MemorySize == 0
+	case "filesystem.max_size":
+		return c.Filesystem.MaxSize == 0
 	}
 	return false
 }
@@ -312,6 +325,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Cache.MemorySize < 1<<20 {
 		return fmt.Errorf("cache.memory_size %s is below the minimum of 1MiB", c.Cache.MemorySize)
+	}
+	if c.Filesystem.MaxSize < 0 || (c.Filesystem.MaxSize > 0 && c.Filesystem.MaxSize < 1<<20) {
+		return fmt.Errorf("filesystem.max_size %s is below the minimum of 1MiB", c.Filesystem.MaxSize)
 	}
 	if c.Mount.Path != "" {
 		if err := checkPath("mount.path", c.Mount.Path, false); err != nil {

@@ -31,6 +31,9 @@ default_permissions = true
 [metadata]
 flush_interval = "250ms"
 
+[filesystem]
+max_size = "2TiB"
+
 [reclaim]
 max_concurrent_repacks = 8
 min_dead_percent = 25
@@ -63,6 +66,9 @@ func TestParseFull(t *testing.T) {
 	}
 	if c.Metadata.FlushInterval.D() != 250*time.Millisecond {
 		t.Errorf("flush_interval = %s", c.Metadata.FlushInterval)
+	}
+	if c.Filesystem.MaxSize != 2<<40 {
+		t.Errorf("filesystem.max_size = %d", c.Filesystem.MaxSize)
 	}
 	if c.Reclaim.MaxConcurrentRepacks != 8 || c.Reclaim.MinDeadPercent != 25 {
 		t.Errorf("reclaim = %+v", c.Reclaim)
@@ -142,6 +148,8 @@ func TestErrors(t *testing.T) {
 		{"bad size", base + "[cache]\ndisk_size = \"ten gigs\"\n", "ten gigs"},
 		{"negative size", base + "[cache]\ndisk_size = -5\n", "negative"},
 		{"zero size", base + "[cache]\ndisk_size = 0\n", "cache.disk_size must not be zero"},
+		{"zero max_size", base + "[filesystem]\nmax_size = 0\n", "filesystem.max_size must not be zero"},
+		{"tiny max_size", base + "[filesystem]\nmax_size = \"4KiB\"\n", "filesystem.max_size"},
 		{"tiny memory", base + "[cache]\nmemory_size = \"4KiB\"\n", "cache.memory_size"},
 		{"bad duration", base + "[metadata]\nflush_interval = \"soon\"\n", "soon"},
 		{"int duration", base + "[metadata]\nflush_interval = 5\n", "duration must be a string"},

@@ -1,0 +1,121 @@
+package fs
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"ebbfs.dev/ebbfs/lsm/schema"
+)
+
+// Space accounting: statfs and the optional quota ([filesystem] max_size,
+// Options.MaxSize).
+//
+// The space a filesystem uses is its live data: the live-byte counters of
+// all segments (frame bytes, after compression, as stored), plus the dirty
+// data in memory (counted by whole extents) that the next barrier stores.
+// Space still held by dead bytes that reclamation has not freed yet is not
+// counted: a delete gives its space back at once, as on a local
+// filesystem.
+//
+// With a quota, a write or an allocation that would take the used space
+// past it fails with ErrNoSpace (ENOSPC) before it changes anything; what
+// was accepted before stays accepted and is flushed as usual. Because
+// ebbfs writes copy-on-write, an overwrite near the limit can fail too: the
+// old bytes are freed only once the new ones are committed.
+
+// nominalCapacity is the capacity statfs reports without a quota: an
+// object store has no fixed size.
+const nominalCapacity = 1 << 50 // 1 PiB
+
+// statBlockSize is statfs's block size.
+const statBlockSize = 4096
+
+// spaceRefresh bounds how stale the cached live-byte total may be.
+const spaceRefresh = time.Second
+
+// spaceCache caches the sum of the live-byte counters (a scan of every
+// counter) for the quota check of each write.
+type spaceCache struct {
+	mu      sync.Mutex
+	at      time.Time
+	live    int64 // counters' live bytes at `at`
+	dirty   int64 // dirty bytes at `at`
+	written int64 // bytes accepted since `at`
+}
+
+// usedExact returns the live bytes now (a counter scan) plus dirty data.
+func (e *Engine) usedExact() (int64, error) {
+	live, err := e.LiveBytes()
+	if err != nil {
+		return 0, err
+	}
+	return live + e.dirtyBytes.Load(), nil
+}
+
+// reserveSpace admits n more bytes of data under the quota, or fails with
+// ErrNoSpace. Without a quota it does nothing. Far from the limit it
+// decides from a cached total and an upper bound on what changed since;
+// near it, from an exact scan.
+func (e *Engine) reserveSpace(n int64) error {
+	limit := e.opts.MaxSize
+	if limit <= 0 || n <= 0 {
+		return nil
+	}
+	c := &e.space
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) < spaceRefresh {
+		// Every byte live now was live or dirty at the last scan, or was
+		// written since: an upper bound.
+		if c.live+c.dirty+c.written+n <= limit-limit/64 {
+			c.written += n
+			return nil
+		}
+	}
+	live, err := e.LiveBytes()
+	if err != nil {
+		return err
+	}
+	dirty := e.dirtyBytes.Load()
+	c.at, c.live, c.dirty, c.written = time.Now(), live, dirty, 0
+	if live+dirty+n > limit {
+		return ErrNoSpace
+	}
+	c.written = n
+	return nil
+}
+
+// StatFS reports the capacity: [filesystem] max_size if set, else a
+// nominal 1 PiB; free is that minus the used space (see above).
+func (e *Engine) StatFS(ctx context.Context) (StatFS, error) {
+	capacity := int64(nominalCapacity)
+	if e.opts.MaxSize > 0 {
+		capacity = e.opts.MaxSize
+	}
+	e.ns.Lock()
+	next := e.ns.nextIno
+	e.ns.Unlock()
+	used, err := e.usedExact()
+	if err != nil {
+		return StatFS{}, err
+	}
+	total := uint64(capacity) / statBlockSize
+	usedBlocks := (uint64(used) + statBlockSize - 1) / statBlockSize
+	return StatFS{BlockSize: statBlockSize, Blocks: total, BlocksFree: total - min(usedBlocks, total),
+		Files: 1 << 40, FilesFree: 1<<40 - next, NameLen: MaxNameLen}, nil
+}
+
+// LiveBytes sums the live-byte counters of all segments.
+func (e *Engine) LiveBytes() (int64, error) {
+	var sum int64
+	lo, hi := schema.PrefixRange(schema.PCounter)
+	err := e.scan(lo, hi, func(_, v []byte) error {
+		live, _, _, err := decodeCounter(v)
+		if err == nil {
+			sum += live
+		}
+		return nil
+	})
+	return sum, err
+}
