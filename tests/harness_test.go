@@ -7,7 +7,6 @@
 package tests
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,12 +15,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/mountinfo"
 )
 
 var (
@@ -478,18 +478,10 @@ func abortFUSE(mnt string) bool {
 
 // mountDev returns the major:minor of the ebbfs mount at p, or "".
 func mountDev(p string) string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return ""
+	if m, ok, _ := mountinfo.Find(p); ok && m.FSType == "fuse.ebbfs" {
+		return m.Dev
 	}
-	dev := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && unescape(f[4]) == p && strings.Contains(line, " - fuse.ebbfs ") {
-			dev = f[2]
-		}
-	}
-	return dev
+	return ""
 }
 
 // forceUnmount removes whatever is mounted at the mountpoint.
@@ -502,40 +494,10 @@ func (e *env) forceUnmount() {
 	}
 }
 
-// mountEntry returns the mountinfo fstype of mountpoint p, or "".
+// mountType returns the mountinfo fstype of mountpoint p, or "".
 func mountType(p string) string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	typ := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, x := range fields {
-			if x == "-" && i > 4 && i+1 < len(fields) && unescape(fields[4]) == p {
-				typ = fields[i+1]
-				break
-			}
-		}
-	}
-	return typ
-}
-
-func unescape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	m, _, _ := mountinfo.Find(p)
+	return m.FSType
 }
 
 func isMounted(p string) bool { return mountType(p) == "fuse.ebbfs" }

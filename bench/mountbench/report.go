@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/mountinfo"
 )
 
 // row is one workload line of the table.
@@ -288,26 +290,9 @@ func kernel() string {
 
 // mountOf returns the source and type of the mount holding path.
 func mountOf(path string) (source, fstype string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	m, ok := mountinfo.Holding(path)
+	if !ok {
 		return "?", "?"
 	}
-	best := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if !(path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) || len(mp) < len(best) {
-			continue
-		}
-		for i := 6; i < len(f)-2; i++ {
-			if f[i] == "-" {
-				best, fstype, source = mp, f[i+1], f[i+2]
-				break
-			}
-		}
-	}
-	return source, fstype
+	return m.Source, m.FSType
 }

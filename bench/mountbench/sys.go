@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/mountinfo"
 )
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. It
@@ -182,66 +184,19 @@ func memStatus(pid int) (hwm, rss int64, err error) {
 }
 
 // mountFSType returns the filesystem type mounted at mp ("" when nothing
-// is), from /proc/self/mountinfo. The last of stacked mounts wins.
+// is). The last of stacked mounts wins.
 func mountFSType(mp string) (string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	typ := ""
-	for _, line := range strings.Split(string(b), "\n") {
-		// id parent maj:min root mountpoint options [optional...] - fstype source super
-		f := strings.Fields(line)
-		if len(f) < 10 || unescapeMount(f[4]) != mp {
-			continue
-		}
-		for i := 6; i < len(f)-1; i++ {
-			if f[i] == "-" {
-				typ = f[i+1]
-				break
-			}
-		}
-	}
-	return typ, nil
+	m, _, err := mountinfo.Find(mp)
+	return m.FSType, err
 }
 
 // mountsUnder lists the mountpoints at or below dir.
 func mountsUnder(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	for _, m := range mountinfo.Under(dir) {
+		out = append(out, m.Mountpoint)
 	}
 	return out
-}
-
-// unescapeMount undoes the kernel's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // waitMount polls the mount table until mp carries fstype, the child

@@ -47,9 +47,3 @@ func TestPattern(t *testing.T) {
 		t.Fatal("pages one pattern period apart are equal: the file would be dedupable")
 	}
 }
-
-func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/a\040b`); got != "/a b" {
-		t.Fatalf("got %q", got)
-	}
-}

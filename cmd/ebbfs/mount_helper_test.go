@@ -47,28 +47,6 @@ func TestParseHelperArgs(t *testing.T) {
 	}
 }
 
-func TestParseMountinfo(t *testing.T) {
-	in := []byte(`22 1 0:21 / /proc rw,nosuid shared:12 - proc proc rw
-98 22 0:50 / /tmp/with\040space rw,nosuid,nodev,relatime shared:1 master:2 - fuse.ebbfs ebbfs rw,user_id=0,group_id=0
-garbage line
-99 22 0:51 / /mnt/x rw - fuse.ebbfs /etc/ebbfs\040x.toml rw
-`)
-	got := parseMountinfo(in)
-	want := []mountEntry{
-		{Mountpoint: "/proc", FSType: "proc", Source: "proc", Options: "rw,nosuid", Super: "rw"},
-		{Mountpoint: "/tmp/with space", FSType: "fuse.ebbfs", Source: "ebbfs", Options: "rw,nosuid,nodev,relatime", Super: "rw,user_id=0,group_id=0"},
-		{Mountpoint: "/mnt/x", FSType: "fuse.ebbfs", Source: "/etc/ebbfs x.toml", Options: "rw", Super: "rw"},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %+v\nwant %+v", got, want)
-	}
-	for in, want := range map[string]string{`a\040b`: "a b", `\134`: `\`, `x\01`: `x\01`, `\999`: `\999`, `tail\`: `tail\`} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestExitCodes(t *testing.T) {
 	if c := exitCode(nil); c != 0 {
 		t.Errorf("nil -> %d", c)

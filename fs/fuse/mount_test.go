@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/mountinfo"
 	"ebbfs.dev/ebbfs/objstore"
 	"golang.org/x/sys/unix"
 )
@@ -139,22 +139,18 @@ func mount(t *testing.T) *mounted {
 	return &mounted{dir: dir, e: e, logs: logs}
 }
 
-// mountEntry returns the /proc/mounts line for dir, if any.
+// mountEntry returns dir's mount as the fields of its /proc/mounts line
+// (source, mountpoint, type, options), or nil.
 func mountEntry(t *testing.T, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/mounts")
+	m, ok, err := mountinfo.Find(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 4 && fields[1] == dir {
-			return fields
-		}
+	if !ok {
+		return nil
 	}
-	return nil
+	return []string{m.Source, m.Mountpoint, m.FSType, m.Options + "," + m.Super}
 }
 
 // waitMountTable polls /proc/mounts until dir is (or is no longer) listed.

@@ -44,7 +44,8 @@ var layers = map[string][]string{
 	"internal/stats":     {},
 	"internal/fileutil":  {},
 	"internal/lint":      {},
-	"bench/mountbench":   {},
+	"bench/mountbench":   {"internal/mountinfo"},
+	"internal/mountinfo": {},
 	"tests":              {"*"},
 	"docs/model":         {},
 }
