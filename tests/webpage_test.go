@@ -72,7 +72,7 @@ type spaceAll struct {
 // the extents deleted, the cycle chart has the cycle that freed them, and
 // the footprint numbers equal `ebbfs space --json`. The page loads
 // nothing from outside its origin under a strict Content-Security-Policy
-// and fits a phone's width. Screenshots of the page (and of a phone) go to
+// and fits a phone's width. A screenshot of the page goes to
 // EBBFS_SCREENSHOTS if set (make screenshots uses it for docs/).
 func TestWebPageChartsReclamation(t *testing.T) {
 	needTool(t, "chromium")
@@ -194,8 +194,5 @@ func TestWebPageChartsReclamation(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, 10*time.Second, "the phone layout", `document.documentElement.scrollWidth <= window.innerWidth + 1`)
-	if phone, err := chromedp.Run(ctx, chromedp.FullScreenshot(90)); err == nil {
-		_ = os.WriteFile(filepath.Join(shots, "webpage-phone.jpg"), phone, 0o644)
-	}
 	p.stop()
 }
