@@ -130,10 +130,12 @@ func (l *liveState) init() {
 	l.cycleDur = stats.NewHistogram()
 }
 
-// noteTrigger remembers why a cycle became pending.
+// noteTrigger remembers why a cycle became pending: the first reason
+// since the last cycle started, except that startup wins (events before
+// Start are part of it).
 func (l *liveState) noteTrigger(why string) {
 	l.mu.Lock()
-	if l.pending == "" {
+	if l.pending == "" || why == TriggerStartup {
 		l.pending = why
 	}
 	l.mu.Unlock()
