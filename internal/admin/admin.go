@@ -7,7 +7,10 @@
 //	POST /v1/flush   run a durability barrier; 200 {"ok":true} or an error
 //	GET  /v1/status  JSON Status
 //	GET  /metrics    Prometheus metrics
-//	GET  /           a small HTML status page
+//	GET  /           the HTML status page; its script and style sheet are
+//	                 /static/page.js and /static/page.css (nothing else may
+//	                 load: the Content-Security-Policy is strict), and it
+//	                 polls the backend's /v1/monitor and /v1/history
 //
 // Later commands (checkpoints, reclaim, space) add handlers with Handle.
 // Every request that changes something must carry the RequestHeader, which
