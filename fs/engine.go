@@ -85,7 +85,8 @@ type inode struct {
 	psize     uint64            // size safe to persist: covered by committed data
 	dirty     map[uint64][]byte // extent index -> ExtentSize plaintext not yet sealed
 	flushing  map[uint64]*flushEntry
-	attrDirty bool // attributes changed without a commit (atime, mtime of writes)
+	attrDirty bool                // attributes changed without a commit (atime, mtime of writes)
+	res       []schema.ExtentSpan // holes reserved by fallocate (allocate.go)
 	deleted   bool
 
 	seqEnd atomic.Int64 // where the last read ended (read-ahead detection)
@@ -435,7 +436,7 @@ func (e *Engine) acquireLocked(ino uint64) (*inode, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fs: inode %d: %w", ino, err)
 	}
-	n := &inode{ino: ino, parent: rec.Parent, refs: 1, attr: attrOf(ino, rec), psize: rec.Size,
+	n := &inode{ino: ino, parent: rec.Parent, refs: 1, attr: attrOf(ino, rec), psize: rec.Size, res: rec.Reserved,
 		dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{}}
 	e.ns.inodes[ino] = n
 	return n, nil
@@ -477,7 +478,8 @@ func attrOf(ino uint64, r schema.Inode) Attr {
 func (n *inode) record(parent uint64) schema.Inode {
 	a := n.attr
 	return schema.Inode{Mode: a.Mode, Uid: a.Uid, Gid: a.Gid, Nlink: a.Nlink, Rdev: a.Rdev,
-		Size: n.psize, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime, Gen: a.Gen, Parent: parent}
+		Size: n.psize, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime, Gen: a.Gen, Parent: parent,
+		Reserved: n.res}
 }
 
 // settle brings psize up to the size once no unflushed data is left, and
@@ -525,7 +527,9 @@ func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
 		if err != nil {
 			return Attr{}, err
 		}
-		return attrOf(ino, r), nil
+		a := attrOf(ino, r)
+		a.Blocks += reservedBlocks(r.Reserved)
+		return a, nil
 	}
 	n.refs++
 	e.ns.Unlock()
@@ -538,7 +542,7 @@ func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
 // attrNow is the attribute view callers see. Caller holds n.mu.
 func (n *inode) attrNow() Attr {
 	a := n.attr
-	a.Blocks += uint64(len(n.dirty)) * (segment.ExtentSize / 512)
+	a.Blocks += uint64(len(n.dirty))*(segment.ExtentSize/512) + reservedBlocks(n.res)
 	return a
 }
 

@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"errors"
+	"math"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/lsm"
@@ -87,6 +88,8 @@ func (e *Engine) truncate(ctx context.Context, ino uint64, size uint64) error {
 		if size < n.psize {
 			n.psize = size
 		}
+		// Reservations past the end go with it (allocate.go).
+		n.res = unreserve(n.res, (size+extentSize-1)/extentSize, math.MaxUint64)
 		n.settle()
 		e.putInode(b, n)
 	})
@@ -121,6 +124,8 @@ func (e *Engine) Punch(ctx context.Context, ino uint64, off, length int64) error
 		return nil
 	}
 	return e.zeroRange(ctx, n, off, length, false, func(b *lsm.Batch) {
+		// A punched extent is no longer reserved (allocate.go).
+		n.res = unreserve(n.res, (uint64(off)+extentSize-1)/extentSize, uint64(off+length)/extentSize)
 		n.attr.Mtime = e.now()
 		n.attr.Ctime = n.attr.Mtime
 		n.settle()

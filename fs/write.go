@@ -115,6 +115,9 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 		lo, hi := pos-start, min(end-start, extentSize)
 		buf := n.dirty[idx]
 		if buf == nil {
+			if len(n.res) > 0 {
+				n.res = unreserve(n.res, idx, idx+1) // the data takes its place
+			}
 			buf = getExtentBuf()
 			if lo > 0 || hi < extentSize { // the rest of the extent keeps its bytes
 				var base []byte

@@ -137,3 +137,107 @@ func TestMaxSizeQuota(t *testing.T) {
 	fsyncFile(t, e.path("after-delete"))
 	p.stop()
 }
+
+// stBlocks returns st_blocks and st_size of p.
+func stBlocks(t *testing.T, p string) (int64, int64) {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks, st.Size
+}
+
+// TestFallocateReserves: fallocate reserves what it says: st_blocks counts
+// the allocated range (data written into it is not counted twice), KEEP_SIZE
+// reserves past the end, punch and truncate give reservations back, the
+// reservation survives restarts, and under max_size an allocation larger
+// than the free space fails with ENOSPC (xfstests generic/213).
+func TestFallocateReserves(t *testing.T) {
+	const ext = 32 << 10 // extent size; 64 blocks of 512 bytes
+	e := newEnv(t)
+	e.writeConfig("\n[filesystem]\nmax_size = \"64MiB\"\n")
+	e.init()
+	p := e.mount()
+	path := e.path("falloc")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	check := func(when string, blocks, size int64) {
+		t.Helper()
+		b, s := stBlocks(t, path)
+		if b != blocks || s != size {
+			t.Fatalf("%s: st_blocks %d size %d, want %d and %d", when, b, s, blocks, size)
+		}
+	}
+	if err := syscall.Fallocate(fd, 0, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	check("after fallocate 0 1MiB", 2048, 1<<20)
+	if _, err := f.WriteAt(randBytes(t, 2*ext), 0); err != nil {
+		t.Fatal(err)
+	}
+	check("after writing 64KiB into the reservation", 2048, 1<<20)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	check("after fsync", 2048, 1<<20)
+	const keepSize = 1 // FALLOC_FL_KEEP_SIZE
+	if err := syscall.Fallocate(fd, keepSize, 1<<20, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	check("after fallocate -n 1MiB 1MiB", 4096, 1<<20)
+	if err := syscall.Fallocate(fd, 0, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	check("after the same fallocate again", 4096, 1<<20)
+	const punch = 2 | keepSize // FALLOC_FL_PUNCH_HOLE
+	if err := syscall.Fallocate(fd, punch, 8*ext, 8*ext); err != nil {
+		t.Fatal(err)
+	}
+	check("after punching 8 reserved extents", 4096-8*64, 1<<20)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	// The record keeps it: a clean restart, then a crash and recovery
+	// from the store alone.
+	p.stop()
+	p = e.mount()
+	check("after a restart", 4096-8*64, 1<<20)
+	p.kill()
+	if err := os.RemoveAll(e.cache); err != nil {
+		t.Fatal(err)
+	}
+	p = e.mount()
+	check("after kill -9 and recovery from the store", 4096-8*64, 1<<20)
+
+	// Truncate drops what lies past the new end (extents 8..15 were
+	// punched; 2..7 stay reserved, 0..1 hold data).
+	if err := os.Truncate(path, 8*ext); err != nil {
+		t.Fatal(err)
+	}
+	check("after truncating to 256KiB", 8*64, 8*ext)
+
+	// ENOSPC: more than the free space cannot be reserved, and a failed
+	// fallocate changes nothing.
+	f, err = os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, 1<<30); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("fallocate 1GiB under a 64MiB max_size: %v, want ENOSPC", err)
+	}
+	check("after a refused fallocate", 8*64, 8*ext)
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, 16<<20); err != nil {
+		t.Fatalf("fallocate 16MiB under a 64MiB max_size: %v", err)
+	}
+	check("after fallocate 16MiB", 16<<20/512, 16<<20)
+	f.Close()
+	p.stop()
+}

@@ -161,14 +161,28 @@ type Inode struct {
 	Ctime  int64
 	Gen    uint64
 	Parent uint64 // directories: the containing directory
+	// Reserved lists the extent ranges [From, To) that fallocate reserved
+	// while they held no data and that have not been written since. Sorted,
+	// disjoint, not adjacent, at most MaxReservedRanges. Empty for nearly
+	// every inode: such records keep the version 1 encoding.
+	Reserved []ExtentSpan
 }
 
-const inodeVersion = 1
+// ExtentSpan is the extent indexes [From, To).
+type ExtentSpan struct{ From, To uint64 }
+
+// MaxReservedRanges bounds Inode.Reserved.
+const MaxReservedRanges = 64
+
+const (
+	inodeVersion  = 1 // fixed fields only
+	inodeVersion2 = 2 // fixed fields, then u16 count and count (from u64, to u64) ranges
+)
 const inodeLen = 1 + 5*4 + 7*8
 
 // Marshal encodes the inode.
 func (n *Inode) Marshal() []byte {
-	b := make([]byte, inodeLen)
+	b := make([]byte, inodeLen, inodeLen+2+16*len(n.Reserved))
 	b[0] = inodeVersion
 	be.PutUint32(b[1:], n.Mode)
 	be.PutUint32(b[5:], n.Uid)
@@ -182,12 +196,45 @@ func (n *Inode) Marshal() []byte {
 	be.PutUint64(b[53:], uint64(n.Ctime))
 	be.PutUint64(b[61:], n.Gen)
 	be.PutUint64(b[69:], n.Parent)
+	if len(n.Reserved) > 0 {
+		b[0] = inodeVersion2
+		b = be.AppendUint16(b, uint16(len(n.Reserved)))
+		for _, r := range n.Reserved {
+			b = be.AppendUint64(b, r.From)
+			b = be.AppendUint64(b, r.To)
+		}
+	}
 	return b
 }
 
-// UnmarshalInode decodes an inode.
+// UnmarshalInode decodes an inode (version 1 or 2).
 func UnmarshalInode(b []byte) (Inode, error) {
-	if len(b) != inodeLen || b[0] != inodeVersion {
+	if len(b) < inodeLen {
+		return Inode{}, ErrCorrupt
+	}
+	var res []ExtentSpan
+	switch b[0] {
+	case inodeVersion:
+		if len(b) != inodeLen {
+			return Inode{}, ErrCorrupt
+		}
+	case inodeVersion2:
+		if len(b) < inodeLen+2 {
+			return Inode{}, ErrCorrupt
+		}
+		count := int(be.Uint16(b[inodeLen:]))
+		if count == 0 || count > MaxReservedRanges || len(b) != inodeLen+2+16*count {
+			return Inode{}, ErrCorrupt
+		}
+		res = make([]ExtentSpan, count)
+		for i := range res {
+			o := inodeLen + 2 + 16*i
+			res[i] = ExtentSpan{From: be.Uint64(b[o:]), To: be.Uint64(b[o+8:])}
+			if res[i].From >= res[i].To || (i > 0 && res[i].From <= res[i-1].To) {
+				return Inode{}, ErrCorrupt
+			}
+		}
+	default:
 		return Inode{}, ErrCorrupt
 	}
 	return Inode{
@@ -203,6 +250,8 @@ func UnmarshalInode(b []byte) (Inode, error) {
 		Ctime:  int64(be.Uint64(b[53:])),
 		Gen:    be.Uint64(b[61:]),
 		Parent: be.Uint64(b[69:]),
+
+		Reserved: res,
 	}, nil
 }
 

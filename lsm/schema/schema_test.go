@@ -2,18 +2,50 @@ package schema
 
 import (
 	"bytes"
+	"fmt"
+	"reflect"
 	"testing"
 )
 
 func TestInodeRoundTrip(t *testing.T) {
 	in := Inode{Mode: 0o100644, Uid: 1, Gid: 2, Nlink: 3, Rdev: 4, Size: 5, Blocks: 6, Atime: -7, Mtime: 8, Ctime: 9, Gen: 10, Parent: 11}
-	out, err := UnmarshalInode(in.Marshal())
-	if err != nil || out != in {
+	v1 := in.Marshal()
+	out, err := UnmarshalInode(v1)
+	if err != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("round trip: %+v, %v", out, err)
 	}
-	if _, err := UnmarshalInode(in.Marshal()[:10]); err == nil {
+	if _, err := UnmarshalInode(v1[:10]); err == nil {
 		t.Fatal("short record accepted")
 	}
+	if len(v1) != 77 || v1[0] != 1 {
+		t.Fatalf("an inode without reservations is a %d-byte version %d record, want the 77-byte version 1", len(v1), v1[0])
+	}
+
+	// Reservations (fallocate) make a version 2 record.
+	in.Reserved = []ExtentSpan{{0, 4}, {10, 1 << 40}}
+	v2 := in.Marshal()
+	if len(v2) != 77+2+32 || v2[0] != 2 || !bytes.Equal(v2[1:77], v1[1:]) {
+		t.Fatalf("version 2 record: %x", v2)
+	}
+	if out, err = UnmarshalInode(v2); err != nil || !reflect.DeepEqual(out, in) {
+		t.Fatalf("version 2 round trip: %+v, %v", out, err)
+	}
+	bad := func(name string, b []byte) {
+		t.Helper()
+		if _, err := UnmarshalInode(b); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	bad("truncated ranges", v2[:len(v2)-1])
+	bad("trailing bytes", append(append([]byte(nil), v2...), 0))
+	bad("v1 with a tail", append(append([]byte(nil), v1...), 0, 0))
+	bad("v2 without ranges", append(append([]byte{2}, v1[1:]...), 0, 0))
+	for _, r := range [][]ExtentSpan{{{4, 4}}, {{5, 3}}, {{0, 4}, {4, 8}}, {{10, 20}, {0, 4}}} {
+		x := in
+		x.Reserved = r
+		bad("ranges "+fmt.Sprint(r), x.Marshal())
+	}
+	bad("version 3", append([]byte{3}, v1[1:]...))
 }
 
 func TestKeysSortNumerically(t *testing.T) {
