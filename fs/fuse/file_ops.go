@@ -155,6 +155,8 @@ func (n *Node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 		if errno := n.dropPrivs(keep(ctx)); errno != 0 {
 			return 0, errno
 		}
+		// The mode changed: the write may no longer end in EINTR.
+		ctx = keep(ctx)
 	}
 	// The request context: the engine honours an interrupt only before it
 	// copies anything, and reports the bytes copied otherwise.
@@ -290,6 +292,7 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 		if errno := dst.dropPrivs(keep(ctx)); errno != 0 {
 			return 0, errno
 		}
+		ctx = keep(ctx) // the mode changed: no EINTR from here on
 	}
 	buf := make([]byte, min(length, copyChunk))
 	var done uint64

@@ -25,7 +25,9 @@ import "context"
 //   - write and copy_file_range keep the request context: the engine waits
 //     for dirty memory before it copies anything (an interrupt there is a
 //     clean EINTR), and once some bytes are in, a later interruption ends
-//     the call with the count written so far, never with EINTR.
+//     the call with the count written so far, never with EINTR. A write
+//     that first had to clear set-user-ID or set-group-ID has changed the
+//     file already and runs on keep(ctx).
 //   - Reads, lookups, getattr, readdir, readlink, getxattr, listxattr,
 //     lseek and statfs change nothing and may be interrupted at any point;
 //     a read that already has bytes returns them.
