@@ -166,6 +166,15 @@ func TestMonitorShowsReclamation(t *testing.T) {
 		t.Errorf("the totals line does not show 1 segment deleted and 2.0 MiB freed:\n%s", m.capture())
 	}
 
+	// tab moves the focus; a narrower terminal gets one column.
+	m.keys("Tab")
+	m.waitScreen(5*time.Second, "the focus on the footprint panel", regexp.MustCompile(`▶ Segment footprint`))
+	if out, err := exec.Command(m.tmux, "-L", m.sock, "resize-window", "-t", "mon", "-x", "110", "-y", "90").CombinedOutput(); err != nil {
+		t.Fatalf("tmux resize-window: %v\n%s", err, out)
+	}
+	m.waitScreen(5*time.Second, "one column after the resize",
+		regexp.MustCompile(`(?m)^╭─{100,108}╮\n│ I/O and store[^\n]*│\n[\s\S]*\n│ Reclamation`))
+
 	// r asks, y runs a cycle now.
 	m.keys("r")
 	m.waitScreen(5*time.Second, "the confirmation prompt", regexp.MustCompile(`Run a reclamation cycle now\? \(y/n\)`))
@@ -173,6 +182,12 @@ func TestMonitorShowsReclamation(t *testing.T) {
 	m.waitScreen(30*time.Second, "the manual cycle's result", regexp.MustCompile(`cycle done: deleted 0, freed 0 B`))
 	m.waitScreen(5*time.Second, "the manual cycle as the last one", regexp.MustCompile(`ok \(manual\)`))
 	m.quit()
+
+	// Without a terminal: one line per sample.
+	plain := e.mustEbbfs("monitor", "--interval", "200ms", "--count", "3")
+	if lines := strings.Split(strings.TrimSpace(plain.stdout), "\n"); len(lines) != 3 || !strings.Contains(lines[2], " writer ") || !strings.Contains(lines[2], "live=") {
+		t.Fatalf("ebbfs monitor through a pipe printed:\n%s", plain.stdout)
+	}
 
 	// A replica: started now, it serves the state as of its start; the
 	// writer's next barrier puts it behind.
