@@ -3,7 +3,6 @@ package tests
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -122,5 +121,3 @@ func documentedMetrics(t testing.TB) map[string]metricsDoc {
 	}
 	return out
 }
-
-func fmtBytes(n int64) string { return fmt.Sprintf("%d B (%s)", n, mibs(n)) }
