@@ -83,7 +83,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 <tr><th>cache</th><td colspan="2" id="cache"></td></tr>
 <tr><th>memory</th><td colspan="2" id="mem"></td></tr>
 <tr><th>corrupt frames</th><td class="num" id="corrupt"></td><td></td></tr>
-<tr><th>barriers (CLI)</th><td colspan="2">{{.Barriers}}, last {{ago .LastBarrier}}{{if .LastError}} <span class="err">{{.LastError}}</span>{{end}}</td></tr>
+{{if .LastError}}<tr><th>last flush error</th><td colspan="2" class="err">{{.LastError}}</td></tr>{{end}}
 {{range .NBD}}<tr><th>NBD</th><td colspan="2"><code>{{.}}</code></td></tr>{{end}}
 </table>
 </section>
