@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -41,6 +42,19 @@ func TestMetricsDocumentedAndTrue(t *testing.T) {
 	dropPageCache(t, e.path("big1"))
 	if got := readFile(t, e.path("big1")); len(got) != large {
 		t.Fatalf("read %d bytes of big1", len(got))
+	}
+	// 1 MiB written to an NBD export with nbdcopy, flushed.
+	needTool(t, "nbdcopy")
+	const nbdSize = 1 * mib
+	writeFile(t, e.path(".nbd/disk0"), nil)
+	if err := os.Truncate(e.path(".nbd/disk0"), nbdSize); err != nil {
+		t.Fatal(err)
+	}
+	img := make([]byte, nbdSize)
+	src.fill(img)
+	writeFile(t, filepath.Join(e.dir, "img.raw"), img)
+	if r := e.run("nbdcopy", "--flush", filepath.Join(e.dir, "img.raw"), "nbd://"+e.nbdAddr+"/disk0"); r.code != 0 {
+		t.Fatalf("nbdcopy: %s", r)
 	}
 	e.mustEbbfs("flush")
 	before, objsBefore := segmentBytes(t, e.store)
@@ -147,6 +161,10 @@ func TestMetricsDocumentedAndTrue(t *testing.T) {
 		{"FUSE bytes read", val("ebbfs_fuse_bytes_total", "op", "read"), large, true},
 		{"FUSE fsyncs", val("ebbfs_fuse_operations_total", "op", "fsync"), 3, true},
 		{"FUSE unlinks", val("ebbfs_fuse_operations_total", "op", "unlink"), 2, false},
+		{"NBD bytes written = nbdcopy's image", val("ebbfs_nbd_bytes_total", "op", "write"), nbdSize, false},
+		{"NBD writes", val("ebbfs_nbd_operations_total", "op", "write"), 1, true},
+		{"NBD flushes", val("ebbfs_nbd_operations_total", "op", "flush"), 1, true},
+		{"NBD errors", val("ebbfs_nbd_operation_errors_total"), 0, false},
 		{"barriers (3 fsyncs, 1 flush)", val("ebbfs_barrier_duration_seconds"), 4, true},
 		{"store PUTs of segments", val("ebbfs_store_requests_total", "op", "put", "space", "segments"), 3, true},
 		{"store PUT latencies", val("ebbfs_store_request_duration_seconds", "op", "put"), val("ebbfs_store_requests_total", "op", "put"), false},
