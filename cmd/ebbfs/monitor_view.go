@@ -137,9 +137,9 @@ func (m *tuiModel) header(st *monitorState, w int) string {
 	parts := []string{styleTitle.Render("ebbfs"), role.Render(name), "version " + st.Version,
 		"up " + secs(st.UptimeSec), "store " + st.Store, "mount " + st.Mountpoint}
 	if st.Replica != nil {
-		lag := fmt.Sprintf("replica lag %s (%d newer objects)", secs(st.Replica.LagSeconds), st.Replica.Behind)
+		lag := fmt.Sprintf("replica lag %s (journal %d)", secs(st.Replica.LagSeconds), st.Replica.Served)
 		if st.Replica.Error != "" {
-			lag = "replica lag unknown: " + st.Replica.Error
+			lag += " store unreachable: " + st.Replica.Error
 		}
 		parts = append(parts, lipgloss.NewStyle().Bold(true).Render(lag))
 	}
@@ -253,7 +253,7 @@ func (m *tuiModel) footprintPanel(st *monitorState, w int, now time.Time) string
 	lines := []string{
 		footprintBar(parts, max(w, 10)),
 		row(swatch(colLive)+" live", fmt.Sprintf("%-10s in %d segments", humanBytes(sp.LiveBytes), sp.LiveSegments)),
-		row(swatch(colFrag)+" fragment.", fmt.Sprintf("%-10s in %d segments (repack's work)", humanBytes(sp.FragmentedBytes), sp.FragmentedSegments)),
+		row(swatch(colFrag)+" fragmented", fmt.Sprintf("%-10s in %d segments (repack's work)", humanBytes(sp.FragmentedBytes), sp.FragmentedSegments)),
 		row(swatch(colDead)+" dead", fmt.Sprintf("%-10s in %d segments", humanBytes(sp.DeadBytes), sp.DeadSegments)),
 		row(swatch(colAwait)+" awaiting", fmt.Sprintf("%-10s in %d segments awaiting their deadline, first due %s", humanBytes(sp.AwaitingBytes), sp.AwaitingSegments, first)),
 		row(swatch(colPinned)+" pinned", fmt.Sprintf("%-10s %s", humanBytes(pinned), strings.Join(by, ", "))),
@@ -333,6 +333,9 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 			j.ID, j.Phase, len(j.Sources), humanBytes(j.SourceBytes), humanBytes(j.Gathered), humanBytes(j.LiveBytes), out, j.Moved)))
 	}
 	sw := "next " + until(a.NextSweep, now)
+	if a.NextSweep.IsZero() {
+		sw = "not scheduled"
+	}
 	if a.SweepRunning {
 		sw = "running now"
 	}
