@@ -291,3 +291,4 @@ func TestLeaseFromEarlierProcessWithOurPID(t *testing.T) {
 		t.Fatalf("epoch %d, want 5", db.Epoch())
 	}
 }
+

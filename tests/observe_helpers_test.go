@@ -40,7 +40,7 @@ type monitorJSON struct {
 	Role    string `json:"role"`
 	Replica *struct {
 		LagSeconds float64 `json:"lag_seconds"`
-		Served     uint64  `json:"served_seq"`
+		Behind     int     `json:"behind_objects"`
 	} `json:"replica"`
 	Engine struct {
 		TombstonesCreated   uint64 `json:"tombstones_created"`

@@ -202,5 +202,4 @@ const (
 	extraBytesDown     = "store_bytes_down"
 	extraLiveBytes     = "live_bytes"
 	extraReclaimCycles = "reclaim_cycles"
-	extraReplica       = "replica" // replicaState of a following replica
 )
