@@ -49,6 +49,7 @@ type Engine struct {
 	}
 
 	ranges     rangeTombs    // pending range tombstones (rangetomb.go)
+	follow     follower      // a replica's progress (follow.go)
 	flushMu    chan struct{} // one flush (and barrier) at a time; see lockFlush
 	ptrMu      sync.Mutex    // every read-modify-write of extent pointers and counters
 	segSeq     atomic.Uint64
@@ -169,6 +170,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		ReadOnly: o.ReadOnly,
 		Holder:   o.Holder,
 	}
+	lo.JournalRetention = o.JournalRetention
 	if o.tuneLSM != nil {
 		o.tuneLSM(&lo)
 	}

@@ -35,6 +35,11 @@ type Options struct {
 	// this long after it is woken, so that tests can watch tombstones
 	// pending. 0 in production.
 	CleanerDelay time.Duration
+	// JournalRetention is how long the writer keeps journal objects a
+	// manifest covers, and what a replica relies on (lsm.Options; 0: the
+	// default, 5 minutes). Writer and replicas must agree; only the test
+	// build lets it be changed.
+	JournalRetention time.Duration
 	// DeferBackground leaves the flusher and the tombstone cleaner to a
 	// later StartBackground (ebbfs run starts them once the mount is up).
 	DeferBackground bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
 
@@ -30,6 +31,25 @@ func (e *Engine) extentLocked(ctx context.Context, n *inode, idx uint64) ([]byte
 
 // Read reads up to len(p) bytes at off. It returns 0 at or past the end.
 func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
+	nr, err := e.read(ctx, ino, p, off)
+	if err == nil || !objstore.IsNotFound(err) || !e.opts.ReadOnly || e.opts.PinManifest != 0 {
+		return nr, err
+	}
+	// A replica read a pointer into a segment the writer has since
+	// reclaimed (repacked or deleted). Take the writer's newer state and
+	// read again: the new location, or a hole.
+	if _, ferr := e.Follow(ctx); ferr != nil {
+		e.log.Error("replica: a segment is gone and the newer state cannot be read", "ino", ino, "off", off, "err", err, "follow_err", ferr)
+		return nr, err
+	}
+	nr, err = e.read(ctx, ino, p, off)
+	if err != nil && objstore.IsNotFound(err) {
+		e.log.Error("replica: a segment is gone and the newest state still points into it", "ino", ino, "off", off, "err", err)
+	}
+	return nr, err
+}
+
+func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrInvalid
 	}

@@ -104,5 +104,8 @@ func (db *DB) putJournal(ctx context.Context, seq uint64, sealed []byte) error {
 	if err != nil {
 		return fmt.Errorf("lsm: barrier: journal %s not written, batches stay queued: %w", key, err)
 	}
+	db.mu.Lock()
+	db.mu.journalAt[seq] = db.opts.Clock.Mono()
+	db.mu.Unlock()
 	return nil
 }

@@ -54,10 +54,13 @@ type DB struct {
 		latestManifest uint64
 		journalsSince  int
 		bytesSince     int64
-		lastPublish    time.Duration     // Clock.Mono of the last publication
-		shipped        map[string]string // local table file -> object key
-		uploading      map[string]bool   // objects being shipped right now
+		lastPublish    time.Duration            // Clock.Mono of the last publication
+		shipped        map[string]string        // local table file -> object key
+		uploading      map[string]bool          // objects being shipped right now
+		journalAt      map[uint64]time.Duration // Clock.Mono when this process wrote a journal
 	}
+
+	openedAt time.Duration // Clock.Mono at open: the age floor of older journals
 
 	bgCtx     context.Context
 	bgCancel  context.CancelFunc
@@ -163,7 +166,14 @@ var ErrStopScan = errors.New("lsm: stop scan")
 // (a consistent view). The slices are valid only during the call. It
 // stops at f's first error, which it returns (ErrStopScan: nil).
 func (db *DB) Scan(lower, upper []byte, f func(k, v []byte) error) error {
-	it, err := db.NewIter(lower, upper)
+	// The whole scan holds closeMu shared: a replica swapping in a newer
+	// state (rebuild) waits for it.
+	db.closeMu.RLock()
+	defer db.closeMu.RUnlock()
+	if db.closed {
+		return ErrClosed
+	}
+	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ func testOpts(t testing.TB, s objstore.Store, k *keys.Keys) Options {
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DisableAutoPublish: true,
 		LeaseTTL:           20 * time.Second,
+		JournalRetention:   -1, // covered journals go at once, as the tests expect
 	}
 }
 

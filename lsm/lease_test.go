@@ -291,4 +291,3 @@ func TestLeaseFromEarlierProcessWithOurPID(t *testing.T) {
 		t.Fatalf("epoch %d, want 5", db.Epoch())
 	}
 }
-

@@ -9,16 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/objstore"
 )
-
-// ErrStale is returned by Refresh when the journal objects a replica needs
-// were deleted after a newer manifest: reopen the replica.
-var ErrStale = errors.New("lsm: replica is behind a newer manifest; reopen it")
 
 // Open opens the metadata store. A writer takes writer.lease (or fails
 // with ErrLeaseHeld), recovers, and writes its epoch-start journal object.
@@ -55,6 +52,8 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 	db.mu.shipped = map[string]string{}
 	db.mu.nextSeq = 1
 	db.mu.lastPublish = o.Clock.Mono()
+	db.mu.journalAt = map[uint64]time.Duration{}
+	db.openedAt = o.Clock.Mono()
 	_ = os.RemoveAll(db.tmpDir())
 
 	if !o.ReadOnly {
@@ -447,42 +446,4 @@ func (db *DB) startEpoch(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("lsm: epoch-start journal: another writer keeps writing journals")
-}
-
-// Refresh applies journal objects written since the last Open or Refresh
-// (read-only followers). It returns ErrStale if they were already folded
-// into a newer manifest and deleted.
-func (db *DB) Refresh(ctx context.Context) error {
-	if !db.readOnly || db.pinned {
-		return errors.New("lsm: Refresh is for read-only followers")
-	}
-	journals, err := listSeqs(ctx, db.opts.Store, journalPrefix)
-	if err != nil {
-		return err
-	}
-	applied := db.AppliedSeq()
-	var run []uint64
-	for _, s := range journals {
-		if s <= applied {
-			continue
-		}
-		if s != applied+uint64(len(run))+1 {
-			break
-		}
-		run = append(run, s)
-	}
-	if len(run) == 0 {
-		manifests, err := listSeqs(ctx, db.opts.Store, manifestPrefix)
-		if err != nil {
-			return err
-		}
-		if len(manifests) > 0 && manifests[len(manifests)-1] > applied {
-			return ErrStale
-		}
-		if len(journals) > 0 && journals[len(journals)-1] > applied {
-			return ErrStale
-		}
-		return nil
-	}
-	return db.replay(ctx, run)
 }

@@ -55,6 +55,12 @@ type Options struct {
 	ManifestEvery    int
 	ManifestBytes    int64
 	ManifestInterval time.Duration
+	// JournalRetention is how long a writer keeps a journal object after
+	// writing it, even once a manifest covers it, so that replicas can
+	// follow journal by journal without listing (follow.go). Default
+	// DefaultJournalRetention; negative: delete covered journals at once.
+	// A replica must use the writer's value.
+	JournalRetention time.Duration
 	// DisableAutoPublish turns the background publisher off (tests, tools).
 	DisableAutoPublish bool
 
@@ -91,6 +97,12 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.ManifestInterval <= 0 {
 		o.ManifestInterval = DefaultManifestInterval
+	}
+	if o.JournalRetention == 0 {
+		o.JournalRetention = DefaultJournalRetention
+	}
+	if o.JournalRetention < 0 {
+		o.JournalRetention = 0
 	}
 }
 

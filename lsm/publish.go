@@ -246,12 +246,28 @@ func (db *DB) deleteCoveredJournals(ctx context.Context, seq uint64) {
 		db.opts.Logger.Warn("lsm: cannot list journals for deletion", "err", err)
 		return
 	}
+	// A covered journal is kept until Options.JournalRetention after it was
+	// written, so that a replica probing journal by journal never misses
+	// one (follow.go); a later publication deletes it.
+	now := db.opts.Clock.Mono()
 	var del []string
+	db.mu.Lock()
 	for _, o := range objs {
-		if s, ok := parseSeqKey(journalPrefix, o.Key); ok && s <= seq {
-			del = append(del, o.Key)
+		s, ok := parseSeqKey(journalPrefix, o.Key)
+		if !ok || s > seq {
+			continue
 		}
+		at, mine := db.mu.journalAt[s]
+		if !mine {
+			at = db.openedAt // written before this process: as old as it, no older
+		}
+		if now-at < db.opts.JournalRetention {
+			continue
+		}
+		del = append(del, o.Key)
+		delete(db.mu.journalAt, s)
 	}
+	db.mu.Unlock()
 	if len(del) == 0 {
 		return
 	}

@@ -184,6 +184,7 @@ func (e *env) sameStore() *env {
 	e.t.Helper()
 	r := newEnv(e.t)
 	r.storage = e.storage
+	r.extraEnv = append([]string(nil), e.extraEnv...) // store credentials, test knobs
 	r.writeConfig("")
 	return r
 }

@@ -40,7 +40,7 @@ type monitorJSON struct {
 	Role    string `json:"role"`
 	Replica *struct {
 		LagSeconds float64 `json:"lag_seconds"`
-		Behind     int     `json:"behind_objects"`
+		Served     uint64  `json:"served_seq"`
 	} `json:"replica"`
 	Engine struct {
 		TombstonesCreated   uint64 `json:"tombstones_created"`

@@ -85,6 +85,13 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			if st.LastError != "" {
 				fmt.Fprintf(out, "last barrier error: %s\n", st.LastError)
 			}
+			if r, ok := st.Extra[extraReplica].(map[string]any); ok {
+				fmt.Fprintf(out, "replica:    serves journal %v (manifest %v), %.1fs behind the newest durable state\n",
+					r["served_seq"], r["manifest"], r["lag_seconds"])
+				if e, ok := r["error"].(string); ok && e != "" {
+					fmt.Fprintf(out, "replica:    the last probe of the store failed: %s\n", e)
+				}
+			}
 			return nil
 		},
 	}

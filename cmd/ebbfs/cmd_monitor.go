@@ -202,4 +202,5 @@ const (
 	extraBytesDown     = "store_bytes_down"
 	extraLiveBytes     = "live_bytes"
 	extraReclaimCycles = "reclaim_cycles"
+	extraReplica       = "replica" // replicaState of a following replica
 )

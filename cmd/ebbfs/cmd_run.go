@@ -146,6 +146,9 @@ func (p *process) Status(ctx context.Context) admin.Status {
 		_, cycles := bg.r.LastCycle()
 		extra[extraReclaimCycles] = cycles
 	}
+	if p.lag != nil {
+		extra[extraReplica] = p.lag.get(ctx)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return admin.Status{
@@ -264,6 +267,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Events:           events,
 		Stats:            fsStats,
 		CleanerDelay:     testCleanerDelay(log),
+		JournalRetention: testJournalRetention(log),
 		DeferBackground:  true,
 	})
 	if err != nil {
@@ -279,7 +283,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	p.sampler = &sampler{p: p}
 	p.history = newHistory(fsStats)
 	if f.readOnly && f.checkpoint == "" {
-		p.lag = &replicaLag{st: st, db: e.DB()}
+		p.lag = &replicaLag{e: e, started: time.Now()}
 	}
 
 	var cleanup cleanupStack
@@ -359,6 +363,16 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 	e.StartBackground()
 	p.history.start()
 	cleanup.push(p.history.close)
+	if f.readOnly && f.checkpoint == "" {
+		// A replica follows the writer from the bucket alone.
+		fctx, fcancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			followWriter(fctx, e, c.Replica.PollInterval.D(), log)
+		}()
+		cleanup.push(func() { fcancel(); <-done })
+	}
 	if !f.readOnly {
 		bg, err := startBackground(c, e, st, k, triggers, log)
 		if err != nil {

@@ -137,9 +137,9 @@ func (m *tuiModel) header(st *monitorState, w int) string {
 	parts := []string{styleTitle.Render("ebbfs"), role.Render(name), "version " + st.Version,
 		"up " + secs(st.UptimeSec), "store " + st.Store, "mount " + st.Mountpoint}
 	if st.Replica != nil {
-		lag := fmt.Sprintf("replica lag %s (%d newer objects)", secs(st.Replica.LagSeconds), st.Replica.Behind)
+		lag := fmt.Sprintf("replica lag %s (journal %d)", secs(st.Replica.LagSeconds), st.Replica.Served)
 		if st.Replica.Error != "" {
-			lag = "replica lag unknown: " + st.Replica.Error
+			lag += " store unreachable: " + st.Replica.Error
 		}
 		parts = append(parts, lipgloss.NewStyle().Bold(true).Render(lag))
 	}

@@ -2,97 +2,82 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"strconv"
-	"strings"
-	"sync"
+	"log/slog"
 	"time"
 
-	"ebbfs.dev/ebbfs/lsm"
-	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/fs"
 )
 
-// replicaState is a reader's distance from the writer.
+// replicaState is a replica's distance from the writer.
 //
-// A reader serves the metadata up to journal sequence Served. The writer's
-// newer changes are the journal objects and manifests above it in the
-// store; LagSeconds is the age of the oldest of them (0 when there is
-// none: the reader shows everything the writer made durable). Readers do
-// not follow the writer yet (`run --read-only` serves the state as of its
-// start), so the lag of a running reader grows with every barrier the
-// writer publishes; once following exists the same measure applies.
+// A replica probes the writer's next journal object every
+// [replica] poll_interval (fs.Engine.Follow). LagSeconds is how long ago a
+// probe last found nothing newer than what the replica serves: the newest
+// durable state is at most that old on this replica. Measuring it costs no
+// request.
 type replicaState struct {
-	Served     uint64    `json:"served_seq"`
-	Behind     int       `json:"behind_objects"` // newer journal objects and manifests
+	Served     uint64    `json:"served_seq"` // newest journal applied
+	Manifest   uint64    `json:"manifest"`   // newest manifest known
 	LagSeconds float64   `json:"lag_seconds"`
 	Follows    bool      `json:"follows"`
-	CheckedAt  time.Time `json:"checked_at,omitzero"`
-	Error      string    `json:"error,omitempty"`
+	CheckedAt  time.Time `json:"checked_at,omitzero"` // the last probe that found nothing newer
+	Jumps      int       `json:"manifest_jumps"`      // moves to a newer manifest
+	Error      string    `json:"error,omitempty"`     // the last probe failed with it
 }
 
-// lagTTL bounds how often a reader lists meta/ to measure its lag (two
-// LISTs each time).
-const lagTTL = 5 * time.Second
-
-// Key spaces of the metadata journal and manifests (lsm's layout, DESIGN
-// section 2): one global sequence in 16 hex digits.
-const (
-	journalPrefix  = "meta/journal/"
-	manifestPrefix = "meta/manifest/"
-)
-
+// replicaLag reports a following replica's state.
 type replicaLag struct {
-	st objstore.Store
-	db *lsm.DB
-
-	mu     sync.Mutex
-	last   replicaState
-	lastAt time.Time
+	e       *fs.Engine
+	started time.Time
 }
 
-func (l *replicaLag) get(ctx context.Context) replicaState {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.lastAt.IsZero() && time.Since(l.lastAt) < lagTTL {
-		return l.last
+func (l *replicaLag) get(context.Context) replicaState {
+	st := l.e.FollowStatus()
+	r := replicaState{Served: st.AppliedSeq, Manifest: st.Manifest, Follows: true,
+		CheckedAt: st.UpToDate, Jumps: st.Jumps, Error: st.LastError}
+	since := st.UpToDate
+	if since.IsZero() {
+		since = l.started
 	}
-	l.last, l.lastAt = l.measure(ctx), time.Now()
-	return l.last
+	r.LagSeconds = max(time.Since(since).Seconds(), 0)
+	return r
 }
 
-func (l *replicaLag) measure(ctx context.Context) replicaState {
-	served := l.db.AppliedSeq()
-	if m := l.db.LatestManifest(); m > served {
-		served = m
-	}
-	r := replicaState{Served: served, CheckedAt: time.Now()}
-	var oldest time.Time
-	for _, prefix := range []string{journalPrefix, manifestPrefix} {
-		after := fmt.Sprintf("%s%016x", prefix, served)
-		for {
-			page, err := l.st.List(ctx, prefix, after, 1000)
-			if err != nil {
-				r.Error = err.Error()
-				return r
+// followWriter keeps a replica up to date until ctx ends: a probe every
+// interval (fs.Engine.Follow applies everything new at once). Failures
+// are logged once when they start and every minute while they last; the
+// replica serves what it has meanwhile.
+func followWriter(ctx context.Context, e *fs.Engine, interval time.Duration, log *slog.Logger) {
+	var failingSince time.Time
+	var lastLog time.Time
+	for {
+		n, err := e.Follow(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if failingSince.IsZero() {
+				failingSince = time.Now()
 			}
-			for _, o := range page.Objects {
-				seq, err := strconv.ParseUint(strings.TrimPrefix(o.Key, prefix), 16, 64)
-				if err != nil || seq <= served {
-					continue
-				}
-				r.Behind++
-				if !o.ModTime.IsZero() && (oldest.IsZero() || o.ModTime.Before(oldest)) {
-					oldest = o.ModTime
-				}
+			if time.Since(lastLog) >= time.Minute {
+				log.Warn("replica: cannot reach the writer's journal; serving the state already applied", "since", failingSince.Format(time.RFC3339), "err", err)
+				lastLog = time.Now()
 			}
-			if !page.More || len(page.Objects) == 0 {
-				break
+		default:
+			if !failingSince.IsZero() {
+				log.Info("replica: following the writer again", "down_for", time.Since(failingSince).Round(time.Second))
+				failingSince, lastLog = time.Time{}, time.Time{}
 			}
-			after = page.Objects[len(page.Objects)-1].Key
+			if n > 0 {
+				log.Debug("replica: applied journals", "count", n, "applied_seq", e.DB().AppliedSeq())
+			}
+		}
+		t := time.NewTimer(interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
 	}
-	if r.Behind > 0 && !oldest.IsZero() {
-		r.LagSeconds = max(time.Since(oldest).Seconds(), 0)
-	}
-	return r
 }

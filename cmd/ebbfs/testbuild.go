@@ -2,7 +2,11 @@
 
 package main
 
-import "log/slog"
+import (
+	"log/slog"
+	"os"
+	"time"
+)
 
 // This file exists only in the test build (-tags ebbfs_testclock), which
 // the end-to-end tests and make test use. It adds failpoints
@@ -11,6 +15,23 @@ import "log/slog"
 
 // testTags names the test-only tags this binary was built with.
 const testTags = "ebbfs_testclock"
+
+// testJournalRetention lets end-to-end tests shorten how long the writer
+// keeps covered journals (and what its replicas rely on), so that a test
+// can pause a replica for longer than that.
+func testJournalRetention(log *slog.Logger) time.Duration {
+	v := os.Getenv("EBBFS_TEST_JOURNAL_RETENTION")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		log.Warn("ignoring an invalid EBBFS_TEST_JOURNAL_RETENTION", "value", v)
+		return 0
+	}
+	log.Warn("TEST BUILD: journal retention changed", "retention", d)
+	return d
+}
 
 // warnTestOnlyEnv has nothing to warn about in a test build.
 func warnTestOnlyEnv(log *slog.Logger) {}

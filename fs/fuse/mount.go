@@ -129,7 +129,8 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		mo.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	}
 	f := &fsys{e: e, log: log}
-	srv, err := mountTimed(mountpoint, &Node{fsys: f}, o.Ops, &fs.Options{
+	rootNode := &Node{fsys: f}
+	srv, err := mountTimed(mountpoint, rootNode, o.Ops, &fs.Options{
 		MountOptions:   mo,
 		EntryTimeout:   &entry,
 		AttrTimeout:    &attr,
@@ -140,6 +141,11 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 	})
 	if err != nil {
 		return nil, err
+	}
+	f.root = rootNode
+	if e.ReadOnly() {
+		// A replica: what the writer changes reaches the kernel's caches.
+		e.SetFollowObserver(f.invalidate)
 	}
 	raiseReadahead(mountpoint, log)
 	return srv, nil

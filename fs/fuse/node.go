@@ -20,8 +20,9 @@ const blockSize = 4096
 
 // fsys is the state shared by every node of one mount.
 type fsys struct {
-	e   *ebbfs.Engine
-	log *slog.Logger
+	e    *ebbfs.Engine
+	log  *slog.Logger
+	root *Node // the mount's root (notify.go walks the kernel's view from it)
 }
 
 // Node is one inode of the mounted filesystem. The inode number and type

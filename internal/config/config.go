@@ -25,6 +25,7 @@ import (
 // Defaults.
 const (
 	DefaultFlushInterval        = Duration(time.Second)
+	DefaultReplicaPollInterval  = Duration(time.Second)
 	DefaultDiskCacheSize        = Size(10 << 30)
 	DefaultMemoryCacheSize      = Size(256 << 20)
 	DefaultMaxConcurrentRepacks = 4
@@ -52,6 +53,7 @@ type Config struct {
 	Reclaim    Reclaim    `toml:"reclaim"`
 	NBD        NBD        `toml:"nbd"`
 	Admin      Admin      `toml:"admin"`
+	Replica    Replica    `toml:"replica"`
 
 	// Path is the file the configuration was loaded from ("" if built in
 	// code). It is not a TOML key.
@@ -97,6 +99,14 @@ type Mount struct {
 // Metadata controls the periodic durability barrier.
 type Metadata struct {
 	FlushInterval Duration `toml:"flush_interval"`
+}
+
+// Replica tunes a read-only replica (`ebbfs run --read-only`).
+type Replica struct {
+	// PollInterval is how often a replica asks the store for the writer's
+	// next journal object (one GET; default 1s). After a change it asks
+	// again at once.
+	PollInterval Duration `toml:"poll_interval"`
 }
 
 // Filesystem holds limits of the filesystem itself.
@@ -205,6 +215,8 @@ func (c *Config) isZero(key string) bool {
 	switch key {
 	case "metadata.flush_interval":
 		return c.Metadata.FlushInterval == 0
+	case "replica.poll_interval":
+		return c.Replica.PollInterval == 0
 	case "reclaim.max_concurrent_repacks":
 		return c.Reclaim.MaxConcurrentRepacks == 0
 	case "reclaim.min_dead_percent":
@@ -277,6 +289,9 @@ func (c *Config) EnsureDefaults() {
 	if c.Metadata.FlushInterval == 0 {
 		c.Metadata.FlushInterval = DefaultFlushInterval
 	}
+	if c.Replica.PollInterval == 0 {
+		c.Replica.PollInterval = DefaultReplicaPollInterval
+	}
 	if c.Reclaim.MaxConcurrentRepacks == 0 {
 		c.Reclaim.MaxConcurrentRepacks = DefaultMaxConcurrentRepacks
 	}
@@ -341,6 +356,9 @@ func (c *Config) Validate() error {
 	}
 	if fi := c.Metadata.FlushInterval.D(); fi < 10*time.Millisecond || fi > time.Hour {
 		return fmt.Errorf("metadata.flush_interval %s is outside 10ms..1h", fi)
+	}
+	if pi := c.Replica.PollInterval.D(); pi < 10*time.Millisecond || pi > time.Hour {
+		return fmt.Errorf("replica.poll_interval %s is outside 10ms..1h", pi)
 	}
 	if n := c.Reclaim.MaxConcurrentRepacks; n < 1 || n > 64 {
 		return fmt.Errorf("reclaim.max_concurrent_repacks %d is outside 1..64", n)

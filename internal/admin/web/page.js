@@ -86,8 +86,8 @@
     var lag = $("lag-row");
     if (st.replica) {
       lag.hidden = false;
-      setText("lag", dur(st.replica.lag_seconds) + " (" + st.replica.behind_objects + " newer objects" +
-        (st.replica.follows ? "" : "; this reader does not follow the writer yet") + ")");
+      setText("lag", dur(st.replica.lag_seconds) + " (journal " + st.replica.served_seq +
+        (st.replica.error ? "; store unreachable: " + st.replica.error : "") + ")");
     } else lag.hidden = true;
   }
 

@@ -1,0 +1,88 @@
+package lsm
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// TestFollowJournalByJournal: a replica applies each journal with one GET
+// and learns the keys it changed; an idle probe is one GET and nothing
+// else; journals covered by a manifest stay for the retention, so the
+// replica needs no LIST while it keeps up.
+func TestFollowJournalByJournal(t *testing.T) {
+	mem := objstore.NewMem()
+	cs := objstore.NewCounting(mem)
+	k := testKeys(t)
+	wo := testOpts(t, mem, k)
+	wo.JournalRetention = time.Hour
+	w := mustOpen(t, wo)
+	defer w.Close()
+	set(t, w, "ia", "1")
+	barrier(t, w)
+	ro := testOpts(t, cs, k)
+	ro.ReadOnly = true
+	ro.JournalRetention = time.Hour
+	r := mustOpen(t, ro)
+	defer r.Close()
+	wantVal(t, r, "ia", "1")
+	ctx := context.Background()
+
+	before := cs.Snapshot()
+	if _, ok, err := r.FollowNext(ctx); err != nil || ok {
+		t.Fatalf("idle FollowNext = %v, %v", ok, err)
+	}
+	if d := cs.Snapshot().Sub(before); d.Get != 1 || d.List != 0 || d.Put != 0 {
+		t.Fatalf("an idle probe sent %+v; want one GET", d)
+	}
+
+	set(t, w, "ib", "2", "ic", "3")
+	barrier(t, w)
+	b := w.NewBatch()
+	_ = b.Delete([]byte("ia"))
+	if err := w.Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	barrier(t, w)
+	var got []string
+	for {
+		keys, ok, err := r.FollowNext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		for _, k := range keys {
+			if k[0] == 'i' {
+				got = append(got, string(k))
+			}
+		}
+	}
+	sort.Strings(got)
+	if want := []string{"ia", "ib", "ic"}; len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("changed keys %q, want %q", got, want)
+	}
+	wantVal(t, r, "ib", "2")
+	if _, ok, _ := r.Get([]byte("ia")); ok {
+		t.Fatal("deleted key still on the replica")
+	}
+
+	// A manifest covers the journals, but they are younger than the
+	// retention: still there, and CatchUp does not jump.
+	set(t, w, "id", "4")
+	barrier(t, w)
+	if _, err := w.Publish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if jumped, err := r.CatchUp(ctx); err != nil || jumped {
+		t.Fatalf("CatchUp = %v, %v; want no jump (journals retained)", jumped, err)
+	}
+	if _, ok, err := r.FollowNext(ctx); err != nil || !ok {
+		t.Fatalf("retained journal not followed: %v, %v", ok, err)
+	}
+	wantVal(t, r, "id", "4")
+}
