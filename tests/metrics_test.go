@@ -190,6 +190,44 @@ func TestMetricsDocumentedAndTrue(t *testing.T) {
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", grepLines(string(body), "ebbfs_", "_bucket"))
 	}
+
+	// A read-only replica exports the "all" and "replica" series.
+	r := e.sameStore()
+	rp := r.mount("--read-only")
+	r.adminGet("/metrics") // the admin request counter has a series from the second scrape on
+	rbody := r.adminGet("/metrics")
+	rparser := expfmt.NewTextParser(model.UTF8Validation)
+	rfams, err := rparser.TextToMetricFamilies(bytes.NewReader(rbody))
+	if err != nil {
+		t.Fatalf("the replica's /metrics: %v", err)
+	}
+	if problems, err := promlint.New(bytes.NewReader(rbody)).Lint(); err != nil || len(problems) > 0 {
+		t.Errorf("promlint on the replica: %v %v", problems, err)
+	}
+	for name, d := range docs {
+		f, ok := rfams[name]
+		switch {
+		case d.process == "writer":
+		case !ok:
+			t.Errorf("%s is documented (%s, %s) but the replica does not export it", name, d.typ, d.process)
+		case strings.ToLower(f.GetType().String()) != d.typ:
+			t.Errorf("replica: %s is a %s, documented as a %s", name, strings.ToLower(f.GetType().String()), d.typ)
+		}
+	}
+	for name := range rfams {
+		if _, ok := docs[name]; strings.HasPrefix(name, "ebbfs_") && !ok {
+			t.Errorf("the replica exports %s, which docs/METRICS.md does not document", name)
+		}
+	}
+	if f := rfams["ebbfs_build_info"]; f == nil || labelValue(f.Metric[0], "role") != "replica" {
+		t.Errorf("the replica's build info: %v", f)
+	}
+	if f := rfams["ebbfs_replica_lag_seconds"]; f == nil || f.Metric[0].GetGauge().GetValue() < 0 {
+		t.Errorf("the replica's lag: %v", f)
+	} else {
+		t.Logf("replica lag %.3f s", f.Metric[0].GetGauge().GetValue())
+	}
+	rp.stop()
 	p.stop()
 }
 

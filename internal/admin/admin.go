@@ -133,6 +133,9 @@ func New(b Backend, o Options) *Server {
 		Name: "ebbfs_admin_flush_duration_seconds", Help: "Duration of barriers requested through the admin endpoint.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 	})
+	// Both results exist from the start (rate() needs a first sample).
+	s.flushes.WithLabelValues("ok")
+	s.flushes.WithLabelValues("error")
 	for _, c := range []prometheus.Collector{s.reqs, s.flushes, s.flushDu} {
 		if err := o.Registry.Register(c); err != nil {
 			s.log.Warn("admin: metric not registered", "err", err)
