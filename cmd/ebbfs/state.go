@@ -97,7 +97,8 @@ type sampler struct {
 	mu struct {
 		sync.Mutex
 		space     *spaceReply
-		spaceGen  uint64 // spaceGeneration when space was computed
+		spaceGen  uint64        // spaceGeneration when space was computed
+		spaceTook time.Duration // how long that computation took
 		spaceErr  string
 		spaceAt   time.Time
 		metaObjs  int
@@ -137,10 +138,17 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gen := s.spaceGeneration(bg)
-	if s.mu.space != nil && time.Since(s.mu.spaceAt) < spaceTTL && gen == s.mu.spaceGen {
+	// The scan is reused for spaceTTL unless reclamation changed something,
+	// and in any case for ten times as long as it took: the counters and
+	// the extents of huge pending tombstones take a while to scan, and
+	// watching must not load the writer.
+	age := time.Since(s.mu.spaceAt)
+	if s.mu.space != nil && (age < 10*s.mu.spaceTook || age < spaceTTL && gen == s.mu.spaceGen) {
 		return s.mu.space, s.mu.spaceErr, s.mu.spaceAt
 	}
+	start := time.Now()
 	rep, err := bg.r.SpaceLocal()
+	s.mu.spaceTook = time.Since(start)
 	if err != nil {
 		s.mu.spaceErr = err.Error()
 		return s.mu.space, s.mu.spaceErr, s.mu.spaceAt
