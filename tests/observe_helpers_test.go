@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -118,6 +119,28 @@ func documentedMetrics(t testing.TB) map[string]metricsDoc {
 	}
 	if len(out) < 40 {
 		t.Fatalf("docs/METRICS.md documents only %d series", len(out))
+	}
+	return out
+}
+
+// segmentObjects lists the local store's segment objects: path -> size.
+func segmentObjects(t testing.TB, store string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	err := filepath.Walk(filepath.Join(store, "segments"), func(p string, fi os.FileInfo, err error) error {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			out[p] = fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
