@@ -47,7 +47,7 @@ func newCollector(p *process) *collector {
 		return desc
 	}
 	c.build = d("ebbfs_build_info", "Constant 1, labelled with the version and the role of this process (writer, replica, checkpoint).", "version", "role")
-	c.replicaLag = d("ebbfs_replica_lag_seconds", "Readers: age of the oldest journal object or manifest the writer published that this reader does not serve (0: it serves everything durable).")
+	c.replicaLag = d("ebbfs_replica_lag_seconds", "Replicas: how long ago the last probe of the writer's journal found nothing newer than what this replica serves (the newest durable state is at most this old here).")
 	c.memLimit = d("ebbfs_memory_limit_bytes", "The Go memory limit the process runs under (the cache plus headroom, or GOMEMLIMIT).")
 
 	c.storeRequests = d("ebbfs_store_requests_total", "Object-store requests sent by this process, by operation and key space.", "op", "space")
