@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -52,23 +53,20 @@ func (e *Engine) NewSegmentID() uint64 { return e.newSegID() }
 
 // DropCounter removes the counter of a segment whose object is gone: the
 // reclamation cycle after it deleted a dead segment, or a stale counter
-// it found. Like every counter change, it holds the pointer lock.
+// it found.
 func (e *Engine) DropCounter(seg uint64) error {
-	if err := e.writable(); err != nil {
-		return err
-	}
-	e.ptrMu.Lock()
-	defer e.ptrMu.Unlock()
-	b := e.db.NewBatch()
-	defer b.Close()
-	b.Delete(schema.CounterKey(seg))
-	return e.commit(b)
+	return e.counterChange(func(b *lsm.Batch) { b.Delete(schema.CounterKey(seg)) })
 }
 
 // AdjustCounter adds a delta to a segment's counter (reclamation's repair
-// of an under-count, or the sweep recreating a lost counter), under the
-// pointer lock.
+// of an under-count, or the sweep recreating a lost counter).
 func (e *Engine) AdjustCounter(seg uint64, live, total, size int64) error {
+	return e.counterChange(func(b *lsm.Batch) { b.Merge(schema.CounterKey(seg), countDelta(live, total, size)) })
+}
+
+// counterChange commits one change to a counter under the pointer lock,
+// like every counter change.
+func (e *Engine) counterChange(change func(b *lsm.Batch)) error {
 	if err := e.writable(); err != nil {
 		return err
 	}
@@ -76,6 +74,6 @@ func (e *Engine) AdjustCounter(seg uint64, live, total, size int64) error {
 	defer e.ptrMu.Unlock()
 	b := e.db.NewBatch()
 	defer b.Close()
-	b.Merge(schema.CounterKey(seg), countDelta(live, total, size))
+	change(b)
 	return e.commit(b)
 }

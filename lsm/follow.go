@@ -170,28 +170,8 @@ func (db *DB) recoverFull(ctx context.Context) error {
 	if len(manifests) > 0 {
 		mseq = manifests[len(manifests)-1]
 	}
-	if mseq > 0 {
-		m, err := db.fetchManifest(ctx, mseq)
-		if err != nil {
-			return err
-		}
-		if err := db.materialise(ctx, m); err != nil {
-			return err
-		}
-		db.mu.latestManifest = mseq
-	}
-	if err := db.openPebble(mseq > 0); err != nil {
+	if err := db.loadManifest(ctx, mseq); err != nil {
 		return err
-	}
-	if mseq > 0 {
-		got, err := db.localAppliedSeq()
-		if err != nil {
-			return err
-		}
-		if got != mseq {
-			return fmt.Errorf("lsm: %w: %s: checkpoint contains journal %d, manifest claims %d", ErrCorrupt, manifestKey(mseq), got, mseq)
-		}
-		db.mu.appliedSeq, db.mu.nextSeq = mseq, mseq+1
 	}
 	// Journals after the manifest, one GET each, until the first gap.
 	for {

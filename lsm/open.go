@@ -231,6 +231,20 @@ func (db *DB) recover(ctx context.Context, pinSeq uint64, pinned bool) error {
 	if err := os.MkdirAll(db.pebbleDir, 0o700); err != nil {
 		return fmt.Errorf("lsm: %w", err)
 	}
+	if err := db.loadManifest(ctx, mseq); err != nil {
+		return err
+	}
+	failpoint.Hit("lsm.recover.manifest-loaded")
+	if err := db.replay(ctx, run); err != nil {
+		return err
+	}
+	failpoint.Hit("lsm.recover.journals-replayed")
+	return nil
+}
+
+// loadManifest builds db.pebbleDir from manifest mseq (0: an empty
+// database) and opens it.
+func (db *DB) loadManifest(ctx context.Context, mseq uint64) error {
 	if mseq > 0 {
 		m, err := db.fetchManifest(ctx, mseq)
 		if err != nil {
@@ -257,11 +271,6 @@ func (db *DB) recover(ctx context.Context, pinSeq uint64, pinned bool) error {
 		}
 		db.mu.appliedSeq, db.mu.nextSeq = mseq, mseq+1
 	}
-	failpoint.Hit("lsm.recover.manifest-loaded")
-	if err := db.replay(ctx, run); err != nil {
-		return err
-	}
-	failpoint.Hit("lsm.recover.journals-replayed")
 	return nil
 }
 
