@@ -64,6 +64,22 @@ func TestTUIViewAndKeys(t *testing.T) {
 	if m.confirm != "" || m.busy != "" {
 		t.Errorf("n does not cancel: %q %q", m.confirm, m.busy)
 	}
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("s")})
+	if m.confirm != "sweep" || !strings.Contains(m.View(), "Run an orphan sweep now? (y/n)") {
+		t.Errorf("s does not ask: confirm=%q", m.confirm)
+	}
+	if _, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("y")}); cmd == nil || m.busy != "sweep" {
+		t.Errorf("y does not start the sweep: busy=%q", m.busy)
+	}
+	m.Update(actionMsg{what: "sweep", text: "sweep done: listed 3, deleted 0 orphans (0 B)"})
+	if m.busy != "" || !strings.Contains(m.View(), "sweep done: listed 3") {
+		t.Errorf("the sweep's result is not shown: busy=%q", m.busy)
+	}
+	// A resize re-lays the panels: two columns from 150 cells.
+	m.Update(tea.WindowSizeMsg{Width: 200, Height: 60})
+	if v := m.View(); !strings.Contains(strings.SplitN(v, "\n", 4)[2], "Reclamation") {
+		t.Errorf("a 200-cell terminal has no second column:\n%s", v)
+	}
 	if _, cmd := m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")}); cmd == nil {
 		t.Error("q returns no command")
 	} else if _, ok := cmd().(tea.QuitMsg); !ok {
