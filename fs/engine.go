@@ -169,6 +169,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		Logger:   o.Logger,
 		ReadOnly: o.ReadOnly,
 		Holder:   o.Holder,
+		TakeOver: o.TakeOver,
 	}
 	lo.JournalRetention = o.JournalRetention
 	if o.tuneLSM != nil {

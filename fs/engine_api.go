@@ -40,6 +40,9 @@ type Options struct {
 	// default, 5 minutes). Writer and replicas must agree; only the test
 	// build lets it be changed.
 	JournalRetention time.Duration
+	// TakeOver takes the writer lease at once from a holder that may still
+	// run (lsm.Options.TakeOver).
+	TakeOver bool
 	// DeferBackground leaves the flusher and the tombstone cleaner to a
 	// later StartBackground (ebbfs run starts them once the mount is up).
 	DeferBackground bool

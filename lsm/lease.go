@@ -117,6 +117,9 @@ func (db *DB) acquireLease(ctx context.Context) (Lease, string, error) {
 			o.Logger.Info("lsm: lease holder on this host is dead; taking over", "holder", cur.Holder, "pid", cur.PID, "epoch", cur.Epoch)
 		case cur.Host == o.Host && cur.Host != "" && cur.PID == o.PID && cur.Instance != processInstance:
 			o.Logger.Info("lsm: lease left by an earlier process with our pid; taking over", "holder", cur.Holder, "epoch", cur.Epoch)
+		case o.TakeOver:
+			o.Logger.Warn("lsm: TAKING OVER the lease from a holder that may still run; it is fenced at its next barrier and acknowledges nothing after it",
+				"holder", cur.Holder, "heartbeat_age", age.Round(time.Second), "epoch", cur.Epoch)
 		case cur.Host == o.Host && cur.Host != "":
 			return Lease{}, "", fmt.Errorf("lsm: %w: holder %q (pid %d on this host is running, epoch %d)", ErrLeaseHeld, cur.Holder, cur.PID, cur.Epoch)
 		case age <= o.LeaseTTL:

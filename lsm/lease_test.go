@@ -291,3 +291,44 @@ func TestLeaseFromEarlierProcessWithOurPID(t *testing.T) {
 		t.Fatalf("epoch %d, want 5", db.Epoch())
 	}
 }
+
+// TestTakeOverFencesLiveHolder: --take-over on another host takes the lease
+// from a holder with a fresh heartbeat. The old holder is fenced at its
+// next barrier: it acknowledges nothing more, and nothing it committed
+// after the take-over is in the new writer's state.
+func TestTakeOverFencesLiveHolder(t *testing.T) {
+	s := objstore.NewMem()
+	k := testKeys(t)
+	a := testOpts(t, s, k)
+	a.Holder, a.Host = "alpha:1", "alpha"
+	old := mustOpen(t, a)
+	defer old.Close()
+	set(t, old, "ia", "before")
+	barrier(t, old)
+
+	b := testOpts(t, s, k)
+	b.Holder, b.Host, b.TakeOver = "beta:2", "beta", true
+	nw := mustOpen(t, b)
+	defer nw.Close()
+	if nw.Epoch() <= old.Epoch() {
+		t.Fatalf("new epoch %d not above the old %d", nw.Epoch(), old.Epoch())
+	}
+	wantVal(t, nw, "ia", "before")
+
+	// The old writer goes on as if nothing happened: its barrier fails.
+	set(t, old, "ib", "zombie")
+	if err := old.Barrier(context.Background()); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old writer's barrier after the take-over: %v, want ErrFenced", err)
+	}
+	set(t, nw, "ic", "new")
+	barrier(t, nw)
+	// A third process sees the new writer's state only.
+	ro := testOpts(t, s, k)
+	ro.ReadOnly = true
+	r := mustOpen(t, ro)
+	defer r.Close()
+	wantVal(t, r, "ic", "new")
+	if _, ok, _ := r.Get([]byte("ib")); ok {
+		t.Fatal("a write the fenced writer committed after the take-over is in the durable state")
+	}
+}

@@ -48,6 +48,12 @@ type Options struct {
 	// LeaseTTL is how stale a heartbeat must be before another host takes
 	// the lease over (default 30 min). Heartbeats run every LeaseTTL/3.
 	LeaseTTL time.Duration
+	// TakeOver takes the lease at once even from a holder whose heartbeat
+	// is fresh (`ebbfs run --take-over`, after a writer crashed on another
+	// machine). Safety does not depend on the old holder being dead: it
+	// is fenced at its next journal write or heartbeat and acknowledges
+	// nothing after that.
+	TakeOver bool
 
 	// A manifest is published automatically after ManifestEvery journal
 	// objects (default 64), ManifestBytes journal bytes (default 64 MiB),

@@ -35,6 +35,7 @@ const closeTimeout = 10 * time.Minute
 
 type runFlags struct {
 	readOnly   bool
+	takeOver   bool
 	mountpoint string
 	checkpoint string
 }
@@ -65,6 +66,9 @@ first holds the writer lease.`,
 			if err := c.ValidateForRun(); err != nil {
 				return fmt.Errorf("config %s: %w", c.Path, err)
 			}
+			if f.takeOver && (f.readOnly || f.checkpoint != "") {
+				return &usageError{errors.New("--take-over is for a writer; a replica takes no lease")}
+			}
 			if f.checkpoint != "" {
 				if err := checkpoint.ValidName(f.checkpoint); err != nil {
 					return &usageError{fmt.Errorf("--checkpoint: %w", err)}
@@ -78,7 +82,8 @@ first holds the writer lease.`,
 			return runFS(c, f, log)
 		},
 	}
-	cmd.Flags().BoolVar(&f.readOnly, "read-only", false, "serve the filesystem read-only as of its start (a replica); writes fail with EROFS")
+	cmd.Flags().BoolVar(&f.readOnly, "read-only", false, "run a read-only replica that follows the writer; writes fail with EROFS")
+	cmd.Flags().BoolVar(&f.takeOver, "take-over", false, "take the writer lease at once from a writer that crashed or is cut off on another machine (it is fenced; see README)")
 	cmd.Flags().StringVar(&f.mountpoint, "mountpoint", "", "mount here instead of [mount] path")
 	cmd.Flags().StringVar(&f.checkpoint, "checkpoint", "", "serve the state of checkpoint NAME read-only (does not follow the writer)")
 	return cmd
@@ -260,6 +265,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		FlushInterval:    c.Metadata.FlushInterval.D(),
 		MaxSize:          int64(c.Filesystem.MaxSize),
 		ReadOnly:         f.readOnly,
+		TakeOver:         f.takeOver,
 		PinManifest:      pin,
 		Holder:           fmt.Sprintf("ebbfs run pid %d on %s", os.Getpid(), host),
 		Logger:           log,
