@@ -24,7 +24,7 @@ RUN_CONFIG  := $(RUN_DIR)/ebbfs.toml
 RUN_NBD     ?= 127.0.0.1:10809
 RUN_ADMIN   ?= 127.0.0.1:10810
 
-.PHONY: all build run test lint bench install uninstall clean deps
+.PHONY: all build run test lint bench install uninstall clean deps model
 
 all: build
 
@@ -72,8 +72,13 @@ deps:
 
 # The end-to-end tests (tests/) need root, /dev/fuse, fuse3, the NBD tools
 # and the S3 server; install-deps.sh brings them.
-test: deps
-	$(GO) test -tags $(TEST_TAGS) -count=1 -timeout $(TEST_TIMEOUT) ./...
+test: deps model
+	EBBFS_MODEL_CHECKED=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# make model: the Promela model of the reclamation protocol (docs/model),
+# checked exhaustively with spin; every mutant must give a counterexample.
+model:
+	bash docs/model/check.sh
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -106,6 +111,12 @@ install: build
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/ebbfs $(DESTDIR)$(SBINDIR)/mount.fuse.ebbfs $(DESTDIR)$(SYSTEMDDIR)/ebbfs.service
 	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ebbfs $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ebbfs $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ebbfs.fish
+
+# make soak-replica: the long replica tests: 10 minutes of writer churn
+# with reclamation under a reading replica, and a 5-minute idle request
+# count (make test runs 2 minutes and 30 s of them).
+soak-replica: deps
+	EBBFS_SOAK_REPLICA=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 40m -v -run 'TestReplicaChurn|TestReplicaOnAnotherHostIdleRequests' ./tests
 
 # make screenshots: regenerate docs/monitor.png and docs/webpage.png from
 # the monitor and status page tests (needs what make test needs).
