@@ -2,6 +2,8 @@ package objstore
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/stats"
@@ -12,9 +14,45 @@ import (
 // list) into a stats.Ops. A NotFound answer is a result, not a failure;
 // every other error counts as one. It is cheap enough to stay in
 // production (/metrics serves it).
+//
+// It also tracks the store's health: since when requests have been
+// failing (none has succeeded since) and the last error, for "store
+// unreachable since ..." in status, the monitor and /metrics. A request
+// the caller cancelled says nothing about the store.
 type Timed struct {
 	s   Store
 	ops *stats.Ops
+
+	health struct {
+		sync.Mutex
+		failingSince time.Time // zero: the last request got an answer
+		lastErr      string
+	}
+}
+
+// Health reports since when the store has been failing every request
+// (zero: it answers) and the last error.
+func (t *Timed) Health() (failingSince time.Time, lastErr string) {
+	t.health.Lock()
+	defer t.health.Unlock()
+	return t.health.failingSince, t.health.lastErr
+}
+
+// note records one request's outcome for Health.
+func (t *Timed) note(failed bool, err error) {
+	if failed && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return
+	}
+	t.health.Lock()
+	defer t.health.Unlock()
+	if !failed {
+		t.health.failingSince, t.health.lastErr = time.Time{}, ""
+		return
+	}
+	if t.health.failingSince.IsZero() {
+		t.health.failingSince = time.Now()
+	}
+	t.health.lastErr = err.Error()
 }
 
 var (
@@ -35,7 +73,9 @@ func (t *Timed) Unwrap() Store { return t.s }
 func (t *Timed) Ops() *stats.Ops { return t.ops }
 
 func (t *Timed) done(op string, start time.Time, n int, err error) {
-	t.ops.Get(op).Done(start, n, err != nil && !IsNotFound(err))
+	failed := err != nil && !IsNotFound(err)
+	t.ops.Get(op).Done(start, n, failed)
+	t.note(failed, err)
 }
 
 // Put implements Store.
@@ -43,7 +83,9 @@ func (t *Timed) Put(ctx context.Context, key string, data []byte, opts PutOption
 	start := time.Now()
 	etag, err := t.s.Put(ctx, key, data, opts)
 	// A lost conditional Put is an answer too (fencing, put-if-absent).
-	t.ops.Get("put").Done(start, len(data), err != nil && !IsPreconditionFailed(err))
+	failed := err != nil && !IsPreconditionFailed(err)
+	t.ops.Get("put").Done(start, len(data), failed)
+	t.note(failed, err)
 	return etag, err
 }
 

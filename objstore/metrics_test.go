@@ -3,6 +3,7 @@ package objstore
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 func TestTimedRecordsByOperation(t *testing.T) {
@@ -35,5 +36,45 @@ func TestTimedRecordsByOperation(t *testing.T) {
 	}
 	if g := snap["get_range"]; g.Count != 2 || g.Errors != 1 || g.Bytes != 2 {
 		t.Fatalf("get_range: %+v", g)
+	}
+}
+
+func TestTimedHealth(t *testing.T) {
+	f := NewFaulty(NewMem())
+	tm := NewTimed(f)
+	ctx := context.Background()
+	if since, _ := tm.Health(); !since.IsZero() {
+		t.Fatal("a fresh store is failing")
+	}
+	f.Outage(time.Hour)
+	_, _ = tm.Get(ctx, "k")
+	since, last := tm.Health()
+	if since.IsZero() || last == "" {
+		t.Fatalf("outage not noted: %v %q", since, last)
+	}
+	_, _ = tm.Put(ctx, "k", []byte("x"), PutOptions{})
+	if again, _ := tm.Health(); !again.Equal(since) {
+		t.Fatal("a second failure moved the start of the outage")
+	}
+	f.Clear()
+	if _, err := tm.Get(ctx, "missing"); !IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if s, l := tm.Health(); !s.IsZero() || l != "" {
+		t.Fatalf("an answer (NotFound) did not end the outage: %v %q", s, l)
+	}
+}
+
+func TestTimedHealthIgnoresCancelled(t *testing.T) {
+	f := NewFaulty(NewMem())
+	tm := NewTimed(f)
+	f.AddRule(Rule{Stall: true, Count: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tm.Get(ctx, "k"); err == nil {
+		t.Fatal("a stalled request with a cancelled context succeeded")
+	}
+	if s, _ := tm.Health(); !s.IsZero() {
+		t.Fatal("a request the caller cancelled made the store look unreachable")
 	}
 }

@@ -85,6 +85,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			if st.LastError != "" {
 				fmt.Fprintf(out, "last barrier error: %s\n", st.LastError)
 			}
+			if since, ok := st.Extra[extraStoreUnreachableSince].(string); ok {
+				fmt.Fprintf(out, "STORE UNREACHABLE since %s; last error: %v\n", since, st.Extra[extraStoreLastError])
+			}
 			if r, ok := st.Extra[extraReplica].(map[string]any); ok {
 				fmt.Fprintf(out, "replica:    serves journal %v (manifest %v), %.1fs behind the newest durable state\n",
 					r["served_seq"], r["manifest"], r["lag_seconds"])

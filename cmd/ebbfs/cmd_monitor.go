@@ -203,4 +203,7 @@ const (
 	extraLiveBytes     = "live_bytes"
 	extraReclaimCycles = "reclaim_cycles"
 	extraReplica       = "replica" // replicaState of a following replica
+	// Set while every store request fails: since when, and the last error.
+	extraStoreUnreachableSince = "store_unreachable_since"
+	extraStoreLastError        = "store_last_error"
 )

@@ -154,6 +154,12 @@ func (p *process) Status(ctx context.Context) admin.Status {
 	if p.lag != nil {
 		extra[extraReplica] = p.lag.get(ctx)
 	}
+	if p.timed != nil {
+		if since, last := p.timed.Health(); !since.IsZero() {
+			extra[extraStoreUnreachableSince] = since
+			extra[extraStoreLastError] = last
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return admin.Status{

@@ -20,7 +20,7 @@ type collector struct {
 
 	build, replicaLag, memLimit *prometheus.Desc
 
-	storeRequests, storeBytes, storeDuration, storeErrors *prometheus.Desc
+	storeRequests, storeBytes, storeDuration, storeErrors, storeUnreachable *prometheus.Desc
 
 	segments, segmentBytes, segmentStored, live, metaObjects, metaBytes *prometheus.Desc
 
@@ -53,6 +53,7 @@ func newCollector(p *process) *collector {
 	c.storeRequests = d("ebbfs_store_requests_total", "Object-store requests sent by this process, by operation and key space.", "op", "space")
 	c.storeBytes = d("ebbfs_store_bytes_total", "Object-store payload bytes, by direction (up: PUT bodies, down: GET results).", "direction")
 	c.storeDuration = d("ebbfs_store_request_duration_seconds", "Object-store request latency, by operation.", "op")
+	c.storeUnreachable = d("ebbfs_store_unreachable_seconds", "How long every object-store request has been failing (0 while the store answers).")
 	c.storeErrors = d("ebbfs_store_request_errors_total", "Object-store requests that failed (not-found and lost conditional PUTs are answers, not failures), by operation.", "op")
 
 	c.segments = d("ebbfs_segments", "Segments by state: live (holds live data), fragmented (live, with dead frames), dead (no live data), awaiting_delete (dead, deadline recorded), pinned (held by a persistent checkpoint).", "state")
@@ -190,6 +191,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			histogram(ch, c.storeDuration, s.Latency, op)
 			counter(ch, c.storeErrors, float64(s.Errors), op)
 		}
+		down := 0.0
+		if since, _ := p.timed.Health(); !since.IsZero() {
+			down = time.Since(since).Seconds()
+		}
+		gauge(ch, c.storeUnreachable, down)
 	}
 
 	// Engine: cleaner counters, barriers, caches.

@@ -136,6 +136,10 @@ func (m *tuiModel) header(st *monitorState, w int) string {
 	}
 	parts := []string{styleTitle.Render("ebbfs"), role.Render(name), "version " + st.Version,
 		"up " + secs(st.UptimeSec), "store " + st.Store, "mount " + st.Mountpoint}
+	if !st.StoreUnreachableSince.IsZero() {
+		parts = append(parts, lipgloss.NewStyle().Bold(true).Render(fmt.Sprintf("store unreachable since %s (%s ago): %s",
+			st.StoreUnreachableSince.Format("15:04:05"), secs(time.Since(st.StoreUnreachableSince).Seconds()), st.StoreLastError)))
+	}
 	if st.Replica != nil {
 		lag := fmt.Sprintf("replica lag %s (journal %d)", secs(st.Replica.LagSeconds), st.Replica.Served)
 		if st.Replica.Error != "" {

@@ -47,6 +47,11 @@ type monitorState struct {
 
 	Replica *replicaState `json:"replica,omitempty"`
 
+	// StoreUnreachableSince is set while every store request fails: when
+	// that began, and the last error.
+	StoreUnreachableSince time.Time `json:"store_unreachable_since,omitzero"`
+	StoreLastError        string    `json:"store_last_error,omitempty"`
+
 	FUSE   map[string]stats.OpSnapshot `json:"fuse"`
 	NBDOps map[string]stats.OpSnapshot `json:"nbd_ops"`
 
@@ -211,6 +216,7 @@ func (s *sampler) state(ctx context.Context) monitorState {
 	}
 	if p.timed != nil {
 		st.StoreOps = p.timed.Ops().Snapshot()
+		st.StoreUnreachableSince, st.StoreLastError = p.timed.Health()
 	}
 	if p.lag != nil {
 		r := p.lag.get(ctx)
