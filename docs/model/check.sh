@@ -51,7 +51,7 @@ runs=(
 	"finding|undercount-durable-ref|fail|${CRASH/-DFAULTS=0/-DFAULTS=1}|-DSAFETY||crash configuration + 1 counter under-count"
 	"finding|replica-pin-race|fail|$READER -DREPLICA_PIN_RACE|-DSAFETY||reader configuration, record written after the first view"
 	"finding|journal-stall-replica|fail|$READER -DSTALLS|-DSAFETY||reader configuration + 1 journal stall"
-	"finding|ephemeral-create-race|fail|$CKPT -DEPHEMERAL_CREATE|-DSAFETY||checkpoint configuration, ephemeral ttl 3 ticks"
+	"finding|ephemeral-create-race|fail|$CKPT -DEPHEMERAL_CREATE|-DSAFETY||checkpoint configuration, ephemeral ttl 4 ticks"
 )
 
 run_one() {

@@ -48,7 +48,7 @@
 #define FLOOR   2       /* checkpoint.GraceFloor (60 s) */
 #define MARGIN  1       /* checkpoint.GraceMargin (30 s) */
 #define RSPAN   3       /* the replica record's span (TTL 90 s) */
-#define CSPAN   3       /* an admin ephemeral checkpoint's ttl */
+#define CSPAN   4       /* an admin ephemeral checkpoint's ttl (2 min) */
 #define MPR     1       /* checkpoint.MaxPublishToRecord (30 s) */
 #define FLUSH   1       /* a commit is journaled within this many ticks (periodic barrier) */
 #define RREAD   2       /* an in-flight read finishes within this many ticks of its pointer lookup */
@@ -126,7 +126,7 @@ inline check_delete(s) {
 	assert(dseg[0] != s && dseg[1] != s);
 	/* a checkpoint's manifest: persistent while its record exists,
 	   ephemeral while it has not expired */
-	assert(!(ckrec && (ckkind == PERSISTENT || ckage <= CSPAN) && (ckseg[0] == s || ckseg[1] == s)));
+	assert(!(ckrec && (ckkind == PERSISTENT || ckage < CSPAN) && (ckseg[0] == s || ckseg[1] == s)));
 	/* a read in flight (replica view, or the writer's own read) */
 	assert(!(vph == 1 && vseg == s && vage <= RREAD));
 }
@@ -645,7 +645,7 @@ proctype Env()
 #define PTR_OK(p) ((p) == 0 || obj[p] == PRESENT)
 #define INV ((!ready[aw] || (PTR_OK(CS(aw,0)) && PTR_OK(CS(aw,1)))) && PTR_OK(dseg[0]) && PTR_OK(dseg[1]) && \
 	dver[0] >= ackv[0] && dver[1] >= ackv[1] && \
-	!(ckrec && (ckkind == PERSISTENT || ckage <= CSPAN) && !(PTR_OK(ckseg[0]) && PTR_OK(ckseg[1]))) && \
+	!(ckrec && (ckkind == PERSISTENT || ckage < CSPAN) && !(PTR_OK(ckseg[0]) && PTR_OK(ckseg[1]))) && \
 	!(VLIVE && obj[vseg] != PRESENT))
 
 #ifndef LIVENESS
