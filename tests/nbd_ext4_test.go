@@ -9,9 +9,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // mountedAt reports whether anything is mounted at p.
@@ -133,9 +134,19 @@ func (e *env) umountExt4(t *testing.T, dir string, must bool) {
 	}
 }
 
-func syncAll(t testing.TB) {
+// syncFS flushes the filesystem holding dir (syncfs(2)): only that one,
+// so that a stuck FUSE mount elsewhere on the machine cannot hang the
+// test the way a global sync(2) would.
+func syncFS(t testing.TB, dir string) {
 	t.Helper()
-	syscall.Sync()
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		t.Fatalf("syncfs %s: %v", dir, err)
+	}
 }
 
 // TestExt4OverNBDTrim: ext4 on a loop device over nbdfuse over an ebbfs
@@ -178,7 +189,7 @@ func TestExt4OverNBDTrim(t *testing.T) {
 	kept := make([]byte, 64*kib+123)
 	src.fill(kept)
 	writeFile(t, filepath.Join(ext, "kept"), kept)
-	syncAll(t)
+	syncFS(t, ext)
 	// Baseline: the filesystem's metadata and the kept file, after the
 	// garbage mkfs and the first mount made (rewritten blocks) is gone.
 	baseline, _, _ := e.settle(t, 1<<62, time.Minute)
@@ -198,7 +209,7 @@ func TestExt4OverNBDTrim(t *testing.T) {
 		}
 		writeSynced(t, filepath.Join(ext, fmt.Sprintf("data%d", i)), fileSize, src)
 	}
-	syncAll(t)
+	syncFS(t, ext)
 	e.mustEbbfs("flush")
 	full, objs := segmentBytes(t, e.store)
 	t.Logf("wrote %s in ext4 in %s; segments/ %s in %d objects", mibs(nfiles*fileSize), time.Since(start).Round(time.Millisecond), mibs(full), objs)
@@ -211,7 +222,7 @@ func TestExt4OverNBDTrim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	syncAll(t)
+	syncFS(t, ext)
 	r := e.run("fstrim", "-v", ext)
 	if r.code != 0 {
 		t.Fatalf("fstrim -v: %s", r)
