@@ -112,6 +112,12 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/ebbfs $(DESTDIR)$(SBINDIR)/mount.fuse.ebbfs $(DESTDIR)$(SYSTEMDDIR)/ebbfs.service
 	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ebbfs $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ebbfs $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ebbfs.fish
 
+# make soak-replica: the long replica tests: 10 minutes of writer churn
+# with reclamation under a reading replica, and a 5-minute idle request
+# count (make test runs 2 minutes and 30 s of them).
+soak-replica: deps
+	EBBFS_SOAK_REPLICA=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 40m -v -run 'TestReplicaChurn|TestReplicaOnAnotherHostIdleRequests' ./tests
+
 # make screenshots: regenerate docs/monitor.png and docs/webpage.png from
 # the monitor and status page tests (needs what make test needs).
 screenshots: deps

@@ -35,8 +35,18 @@ type RenewerOptions struct {
 	// moved (the replica reopened at a newer manifest) the record is
 	// re-pinned with a new CreateTime, which keeps the span short.
 	ManifestSeq func() uint64
-	Clock       clock.Clock  // default clock.Real
-	Logger      *slog.Logger // default: discard
+	// ViewTime, if set, returns the wall time (this host's clock) at which
+	// the state the reader serves was the newest durable state: a
+	// following replica's last probe that found nothing newer (zero:
+	// unknown). A renewal that finds it later than the record's CreateTime
+	// re-pins with CreateTime = ViewTime, so that the span (ExpireTime -
+	// CreateTime, which sets the writer's grace) stays about TTL plus the
+	// replica's lag instead of growing with the replica's uptime. Without
+	// it (a reader of a fixed checkpoint) CreateTime moves only when
+	// ManifestSeq does.
+	ViewTime func() time.Time
+	Clock    clock.Clock  // default clock.Real
+	Logger   *slog.Logger // default: discard
 }
 
 // EnsureDefaults fills in zero fields.
@@ -210,9 +220,9 @@ func (r *Renewer) loop() {
 	}
 }
 
-// renew runs one renewal: re-pin when the replica moved, otherwise move
-// ExpireTime; a vanished record (pruned) or a span grown too long is
-// re-pinned.
+// renew runs one renewal: re-pin when the replica moved (a newer
+// manifest, or a newer view), otherwise move ExpireTime; a vanished record
+// (pruned, or removed by hand) or a span grown too long is re-pinned.
 func (r *Renewer) renew() error {
 	ctx, cancel := context.WithTimeout(r.ctx, max(r.o.TTL/3, time.Second))
 	defer cancel()
@@ -221,11 +231,12 @@ func (r *Renewer) renew() error {
 	if seq == 0 {
 		seq = cur.ManifestSeq
 	}
-	if seq == cur.ManifestSeq {
-		now := r.o.Clock.Now()
+	now := r.o.Clock.Now().UTC()
+	view := r.view(now)
+	if seq == cur.ManifestSeq && !view.After(cur.CreateTime) {
 		err := Renew(ctx, r.o.Store, r.o.Name, r.o.TTL, now)
 		if err == nil {
-			cur.ExpireTime = now.UTC().Add(r.o.TTL)
+			cur.ExpireTime = now.Add(r.o.TTL)
 			r.mu.Lock()
 			r.mu.rec = cur
 			r.mu.Unlock()
@@ -234,8 +245,14 @@ func (r *Renewer) renew() error {
 		if !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrInvalidSpan) {
 			return err
 		}
+		if view.IsZero() || !view.After(cur.CreateTime) {
+			view = now // a span that cannot be renewed starts again now
+		}
 	}
-	rec, err := r.pin(ctx, seq)
+	if view.IsZero() {
+		view = now
+	}
+	rec, err := r.pinAt(ctx, seq, view)
 	if err != nil {
 		return err
 	}
@@ -245,11 +262,30 @@ func (r *Renewer) renew() error {
 	return nil
 }
 
+// view returns ViewTime (UTC), or zero when it is unset, unknown, in the
+// future (another clock's reading) or so old that the span would be
+// invalid.
+func (r *Renewer) view(now time.Time) time.Time {
+	if r.o.ViewTime == nil {
+		return time.Time{}
+	}
+	v := r.o.ViewTime()
+	if v.IsZero() || v.After(now) || now.Add(r.o.TTL).Sub(v) > MaxSpan {
+		return time.Time{}
+	}
+	return v.UTC()
+}
+
 // pin writes a fresh record pinning seq: put-if-absent, or a conditional
 // replacement of an existing ephemeral record of the same name.
 func (r *Renewer) pin(ctx context.Context, seq uint64) (Record, error) {
+	return r.pinAt(ctx, seq, r.o.Clock.Now().UTC())
+}
+
+// pinAt is pin with CreateTime created (ExpireTime is now+TTL).
+func (r *Renewer) pinAt(ctx context.Context, seq uint64, created time.Time) (Record, error) {
 	now := r.o.Clock.Now().UTC()
-	rec := Record{Name: r.o.Name, Kind: Ephemeral, ManifestSeq: seq, CreateTime: now, ExpireTime: now.Add(r.o.TTL)}
+	rec := Record{Name: r.o.Name, Kind: Ephemeral, ManifestSeq: seq, CreateTime: created, ExpireTime: now.Add(r.o.TTL)}
 	b, err := encodeRecord(rec)
 	if err != nil {
 		return Record{}, err

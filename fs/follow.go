@@ -39,6 +39,10 @@ type FollowStatus struct {
 }
 
 type follower struct {
+	// run serialises Follow: the poll loop and a read that found its
+	// segment gone may both call it, and two followers of one journal
+	// sequence would apply a journal twice, or an older one after a newer.
+	run      sync.Mutex
 	mu       sync.Mutex
 	observe  func(Changes)
 	upToDate time.Time
@@ -65,6 +69,8 @@ func (e *Engine) Follow(ctx context.Context) (int, error) {
 	if !e.opts.ReadOnly || e.opts.PinManifest != 0 {
 		return 0, errors.New("fs: Follow is for read-only replicas")
 	}
+	e.follow.run.Lock()
+	defer e.follow.run.Unlock()
 	e.follow.mu.Lock()
 	stale := e.follow.lastOK == 0 || e.clk.Mono()-e.follow.lastOK > e.db.FollowGap()
 	e.follow.mu.Unlock()
@@ -200,4 +206,18 @@ func (e *Engine) reloadRangeTombs(inos map[uint64]bool) {
 func be64(b []byte) uint64 {
 	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
 		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}
+
+// goneOnWriter reports, on a following replica, that ino is deleted in the
+// state it serves: its record is gone, or a tombstone says its extents are
+// being removed. A file the writer deleted keeps no data for the replica's
+// open descriptors (the writer's orphan handling knows only its own), so a
+// read of it fails with ErrStale (ESTALE, as NFS does) rather than return
+// zeroes where the file's bytes were.
+func (e *Engine) goneOnWriter(ino uint64) bool {
+	if _, err := e.getRecord(ino); errors.Is(err, ErrNotExist) {
+		return true
+	}
+	_, ok, err := e.get(schema.TombstoneKey(ino))
+	return err == nil && ok
 }

@@ -32,7 +32,15 @@ func (e *Engine) extentLocked(ctx context.Context, n *inode, idx uint64) ([]byte
 // Read reads up to len(p) bytes at off. It returns 0 at or past the end.
 func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
 	nr, err := e.read(ctx, ino, p, off)
-	if err == nil || !objstore.IsNotFound(err) || !e.opts.ReadOnly || e.opts.PinManifest != 0 {
+	if !e.opts.ReadOnly || e.opts.PinManifest != 0 {
+		return nr, err
+	}
+	if err == nil && nr > 0 && e.goneOnWriter(ino) {
+		// A replica's open file that the writer deleted: its extents may
+		// have read as zeroes, which are not its bytes (fs/follow.go).
+		return 0, ErrStale
+	}
+	if err == nil || !objstore.IsNotFound(err) {
 		return nr, err
 	}
 	// A replica read a pointer into a segment the writer has since
@@ -43,8 +51,13 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 		return nr, err
 	}
 	nr, err = e.read(ctx, ino, p, off)
+	if err == nil && nr > 0 && e.goneOnWriter(ino) {
+		return 0, ErrStale
+	}
 	if err != nil && objstore.IsNotFound(err) {
 		e.log.Error("replica: a segment is gone and the newest state still points into it", "ino", ino, "off", off, "err", err)
+	} else if err == nil {
+		e.log.Debug("replica: a segment was gone; read again from the newer state", "ino", ino, "off", off)
 	}
 	return nr, err
 }

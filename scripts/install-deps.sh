@@ -22,10 +22,11 @@ declare -A probe=(
 	[chromium]=chromium
 	[spin]=spin
 	[gcc]=gcc
+	[iproute2]=ip
 )
 
 missing=()
-for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc; do
+for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc iproute2; do
 	if ! command -v "${probe[$pkg]}" >/dev/null 2>&1 && ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
 		missing+=("$pkg")
 	fi

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/fs"
@@ -39,11 +40,24 @@ func readerCheckpointName(c *config.Config) string {
 // the writer's reclamation waits for it (its span sets the grace). It
 // returns a stop function; without a published manifest there is nothing
 // to pin and the reader runs without one (logged).
+//
+// Span and renewal: the record lives checkpoint.DefaultReaderTTL (3 min)
+// and is renewed every third of that (1 min). A following replica's
+// renewal re-pins with CreateTime = the wall time of its last probe that
+// found nothing newer (FollowStatus.UpToDate), so the span is the TTL plus
+// the replica's lag: the writer's grace for a segment that dies now is
+// max(60 s, span + 30 s), which outlasts every read this replica can
+// still make from its older view. A replica that stops renewing (paused,
+// partitioned, killed) lets the record expire; when it comes back its next
+// renewal revives or re-creates it, and reads of segments reclaimed
+// meanwhile re-resolve from the newer state (fs.Engine.Read).
 func startReaderCheckpoint(ctx context.Context, c *config.Config, e *fs.Engine, st objstore.Store, log *slog.Logger) func() {
 	r, err := checkpoint.NewRenewer(checkpoint.RenewerOptions{
 		Store:       st,
 		Name:        readerCheckpointName(c),
 		ManifestSeq: e.DB().LatestManifest,
+		ViewTime:    func() time.Time { return e.FollowStatus().UpToDate },
+		TTL:         testReaderTTL(log),
 		Logger:      log,
 	})
 	if err == nil {

@@ -33,5 +33,22 @@ func testJournalRetention(log *slog.Logger) time.Duration {
 	return d
 }
 
+// testReaderTTL lets end-to-end tests shorten a reader checkpoint's
+// lifetime (EBBFS_TEST_READER_TTL), so that a paused replica outlives its
+// span within a test. 0: the default.
+func testReaderTTL(log *slog.Logger) time.Duration {
+	v := os.Getenv("EBBFS_TEST_READER_TTL")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		log.Warn("ignoring an invalid EBBFS_TEST_READER_TTL", "value", v)
+		return 0
+	}
+	log.Warn("TEST BUILD: reader checkpoint lifetime changed", "ttl", d)
+	return d
+}
+
 // warnTestOnlyEnv has nothing to warn about in a test build.
 func warnTestOnlyEnv(log *slog.Logger) {}

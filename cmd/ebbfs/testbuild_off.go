@@ -16,6 +16,9 @@ const testTags = ""
 // testJournalRetention is the default in production builds.
 func testJournalRetention(*slog.Logger) time.Duration { return 0 }
 
+// testReaderTTL is the default in production builds.
+func testReaderTTL(*slog.Logger) time.Duration { return 0 }
+
 // warnTestOnlyEnv says loudly that the test build's variables have no
 // effect here, rather than honouring or dropping them silently.
 func warnTestOnlyEnv(log *slog.Logger) {
@@ -24,5 +27,8 @@ func warnTestOnlyEnv(log *slog.Logger) {
 	}
 	if s := os.Getenv("EBBFS_TEST_JOURNAL_RETENTION"); s != "" {
 		log.Warn("EBBFS_TEST_JOURNAL_RETENTION is ignored: this is a production build", "value", s)
+	}
+	if s := os.Getenv("EBBFS_TEST_READER_TTL"); s != "" {
+		log.Warn("EBBFS_TEST_READER_TTL is ignored: this is a production build", "value", s)
 	}
 }

@@ -31,6 +31,7 @@ var errnoTable = []struct {
 	{ebbfs.ErrNoData, syscall.ENXIO},
 	{ebbfs.ErrPermission, syscall.EPERM},
 	{ebbfs.ErrNoSpace, syscall.ENOSPC},
+	{ebbfs.ErrStale, syscall.ESTALE},
 }
 
 // eioSentinels are the engine's sentinel errors that are EIO on purpose:

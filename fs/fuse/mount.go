@@ -144,7 +144,10 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 	}
 	f.root = rootNode
 	if e.ReadOnly() {
-		// A replica: what the writer changes reaches the kernel's caches.
+		// A replica: what the writer changes reaches the kernel's caches,
+		// through a worker that stops when the mount is gone.
+		f.notify = startNotifier(f)
+		go func() { srv.Wait(); f.notify.close() }()
 		e.SetFollowObserver(f.invalidate)
 	}
 	raiseReadahead(mountpoint, log)

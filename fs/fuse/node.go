@@ -23,6 +23,9 @@ type fsys struct {
 	e    *ebbfs.Engine
 	log  *slog.Logger
 	root *Node // the mount's root (notify.go walks the kernel's view from it)
+	// notify sends a replica's cache invalidations (notify.go); nil on a
+	// writer.
+	notify *notifier
 }
 
 // Node is one inode of the mounted filesystem. The inode number and type

@@ -1,6 +1,8 @@
 package fuse
 
 import (
+	"sync"
+
 	"github.com/hanwen/go-fuse/v2/fs"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
@@ -11,6 +13,14 @@ import (
 // change a followed journal makes becomes an invalidation of exactly the
 // inodes and names it touched, found in go-fuse's tree of the inodes the
 // kernel knows.
+//
+// The notifications go out from a worker of their own, never from the
+// goroutine that applied the journal: the kernel handles an inode
+// invalidation by waiting for the page locks of that inode, which a read
+// in flight holds until the daemon answers it, and a replica read that
+// found its segment gone applies journals itself (fs.Engine.Read) or waits
+// for the poll loop that does. Sent synchronously, the invalidation and
+// the read would wait for each other for ever.
 
 // link is one name by which the kernel reached an inode.
 type link struct {
@@ -43,11 +53,102 @@ func (f *fsys) known() (map[uint64][]*fs.Inode, map[uint64][]link) {
 	return byIno, names
 }
 
-// invalidate tells the kernel what a followed journal changed: for each
+// notifier queues changes for the worker, merging those not yet sent.
+type notifier struct {
+	f      *fsys
+	notify chan struct{}
+	wg     sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		closed  bool
+		all     bool
+		inodes  map[uint64]bool
+		entries map[ebbfs.EntryRef]bool
+	}
+}
+
+// startNotifier starts the worker; close stops it.
+func startNotifier(f *fsys) *notifier {
+	n := &notifier{f: f, notify: make(chan struct{}, 1)}
+	n.wg.Add(1)
+	go n.loop()
+	return n
+}
+
+// queue adds a followed journal's changes; it never blocks.
+func (n *notifier) queue(ch ebbfs.Changes) {
+	n.mu.Lock()
+	if n.mu.closed {
+		n.mu.Unlock()
+		return
+	}
+	if n.mu.inodes == nil {
+		n.mu.inodes, n.mu.entries = map[uint64]bool{}, map[ebbfs.EntryRef]bool{}
+	}
+	n.mu.all = n.mu.all || ch.All
+	for _, ino := range ch.Inodes {
+		n.mu.inodes[ino] = true
+	}
+	for _, e := range ch.Entries {
+		n.mu.entries[e] = true
+	}
+	n.mu.Unlock()
+	select {
+	case n.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) loop() {
+	defer n.wg.Done()
+	for range n.notify {
+		n.mu.Lock()
+		if n.mu.closed {
+			n.mu.Unlock()
+			return
+		}
+		ch := ebbfs.Changes{All: n.mu.all}
+		for ino := range n.mu.inodes {
+			ch.Inodes = append(ch.Inodes, ino)
+		}
+		for e := range n.mu.entries {
+			ch.Entries = append(ch.Entries, e)
+		}
+		n.mu.all, n.mu.inodes, n.mu.entries = false, nil, nil
+		n.mu.Unlock()
+		n.f.send(ch)
+	}
+}
+
+// close stops the worker (once the mount is gone) and waits for it.
+func (n *notifier) close() {
+	n.mu.Lock()
+	if n.mu.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.mu.closed = true
+	n.mu.Unlock()
+	select {
+	case n.notify <- struct{}{}:
+	default:
+	}
+	n.wg.Wait()
+}
+
+// invalidate hands a followed journal's changes to the notifier.
+func (f *fsys) invalidate(ch ebbfs.Changes) {
+	if f.notify != nil {
+		f.notify.queue(ch)
+	}
+}
+
+// send tells the kernel what a followed journal changed: for each
 // changed inode its attributes and pages and the names it is known by (a
 // fresh lookup brings the new size and mtime), and each changed directory
 // entry. An inode or name the kernel does not hold needs nothing.
-func (f *fsys) invalidate(ch ebbfs.Changes) {
+func (f *fsys) send(ch ebbfs.Changes) {
 	byIno, names := f.known()
 	if ch.All {
 		for _, list := range byIno {

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,13 +116,21 @@ func isExec(p string) bool {
 // it when CI=true.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartOn(t, "127.0.0.1")
+}
+
+// StartOn is Start with the server listening on host (an IP address of
+// this machine, e.g. one end of a veth pair that another network
+// namespace reaches it through); the Endpoint names that address.
+func StartOn(t testing.TB, host string) *Server {
+	t.Helper()
 	if _, err := FindBinary(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("%v", err)
 		}
 		t.Skipf("%v", err)
 	}
-	s, err := Launch(t.TempDir())
+	s, err := LaunchOn(t.TempDir(), host)
 	if err != nil {
 		t.Fatalf("start S3 server: %v", err)
 	}
@@ -136,13 +145,18 @@ func Start(t testing.TB) *Server {
 // Launch starts a server with its data and log under dir (which must exist)
 // and creates DefaultBucket. The caller must call Stop.
 func Launch(dir string) (*Server, error) {
+	return LaunchOn(dir, "127.0.0.1")
+}
+
+// LaunchOn is Launch listening on host.
+func LaunchOn(dir, host string) (*Server, error) {
 	bin, err := FindBinary()
 	if err != nil {
 		return nil, err
 	}
 	var lastErr error
 	for try := range 3 { // a free port can be taken before the server binds it
-		s, err := launch(bin, filepath.Join(dir, fmt.Sprintf("vgw%d", try)))
+		s, err := launch(bin, filepath.Join(dir, fmt.Sprintf("vgw%d", try)), host)
 		if err == nil {
 			return s, nil
 		}
@@ -157,8 +171,8 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}
@@ -177,17 +191,17 @@ func xattrsWork(dir string) bool {
 	return unix.Setxattr(p, "user.probe", []byte("1"), 0) == nil
 }
 
-func launch(bin, dir string) (*Server, error) {
+func launch(bin, dir, host string) (*Server, error) {
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := freePort(host)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		Endpoint:  fmt.Sprintf("http://127.0.0.1:%d", port),
+		Endpoint:  "http://" + net.JoinHostPort(host, strconv.Itoa(port)),
 		Region:    "us-east-1",
 		Bucket:    DefaultBucket,
 		AccessKey: "ebbfs" + randHex(6),
@@ -197,7 +211,7 @@ func launch(bin, dir string) (*Server, error) {
 		done:      make(chan struct{}),
 	}
 	args := []string{
-		"--port", fmt.Sprintf("127.0.0.1:%d", port),
+		"--port", net.JoinHostPort(host, strconv.Itoa(port)),
 		"--access", s.AccessKey,
 		"--secret", s.SecretKey,
 		"--region", s.Region,

@@ -1,0 +1,73 @@
+package checkpoint
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// TestRenewerSpanFollowsView: a following replica's renewals move
+// CreateTime to its view time, so the span stays TTL plus lag rather than
+// growing with uptime; without a newer view a renewal only extends; a
+// removed record is made again.
+func TestRenewerSpanFollowsView(t *testing.T) {
+	ctx := context.Background()
+	st := objstore.NewMem()
+	t0 := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	clk := clock.NewFake(t0)
+	view := t0
+	r, err := NewRenewer(RenewerOptions{Store: st, Name: "reader-h-1", TTL: 3 * time.Minute,
+		ManifestSeq: func() uint64 { return 7 }, ViewTime: func() time.Time { return view }, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.pin(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.rec, _ = Get(ctx, st, "reader-h-1")
+
+	// An hour of following: each renewal's view is a second old.
+	for range 60 {
+		clk.Advance(time.Minute)
+		view = clk.Now().Add(-time.Second)
+		if err := r.renew(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := Get(ctx, st, "reader-h-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if span := rec.Span(); span != 3*time.Minute+time.Second || !rec.CreateTime.Equal(view) {
+		t.Fatalf("after an hour: span %v create %v, want 3m1s from the view %v", span, rec.CreateTime, view)
+	}
+
+	// A stuck view: renewals extend, the span grows with the lag.
+	for range 3 {
+		clk.Advance(time.Minute)
+		if err := r.renew(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, _ = Get(ctx, st, "reader-h-1")
+	if span := rec.Span(); span != 6*time.Minute+time.Second {
+		t.Fatalf("stuck view: span %v, want 6m1s", span)
+	}
+
+	// Removed meanwhile: made again.
+	if err := st.Delete(ctx, Key("reader-h-1")); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	view = clk.Now()
+	if err := r.renew(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = Get(ctx, st, "reader-h-1")
+	if err != nil || rec.Span() != 3*time.Minute || rec.ManifestSeq != 7 {
+		t.Fatalf("re-created record %+v, %v", rec, err)
+	}
+}
