@@ -42,7 +42,12 @@ type follower struct {
 	// run serialises Follow: the poll loop and a read that found its
 	// segment gone may both call it, and two followers of one journal
 	// sequence would apply a journal twice, or an older one after a newer.
-	run      sync.Mutex
+	run sync.Mutex
+	// view makes a journal's application and the refresh of the in-memory
+	// attributes it changes one step for readers (Engine.Read holds it for
+	// reading): a read must not see a truncation's missing extents under
+	// the size from before it, which reads as zeroes.
+	view     sync.RWMutex
 	mu       sync.Mutex
 	observe  func(Changes)
 	upToDate time.Time
@@ -89,7 +94,16 @@ func (e *Engine) Follow(ctx context.Context) (int, error) {
 	applied := 0
 	for {
 		sent, wall := e.clk.Mono(), e.clk.Now()
-		keys, ok, err := e.db.FollowNext(ctx)
+		var ch Changes
+		_, ok, err := e.db.FollowNextWith(ctx, func(keys [][]byte, apply func() error) error {
+			e.follow.view.Lock()
+			defer e.follow.view.Unlock()
+			if err := apply(); err != nil {
+				return err
+			}
+			ch = e.refresh(keys, false)
+			return nil
+		})
 		if err != nil {
 			return applied, e.followFailed(err)
 		}
@@ -103,7 +117,7 @@ func (e *Engine) Follow(ctx context.Context) (int, error) {
 			return applied, nil
 		}
 		applied++
-		e.applyChanges(keys, false)
+		e.tell(ch)
 	}
 }
 
@@ -125,6 +139,15 @@ func (e *Engine) FollowStatus() FollowStatus {
 // applyChanges refreshes what the engine keeps in memory about the keys a
 // journal wrote (all of it when all is set) and tells the observer.
 func (e *Engine) applyChanges(keys [][]byte, all bool) {
+	e.follow.view.Lock()
+	ch := e.refresh(keys, all)
+	e.follow.view.Unlock()
+	e.tell(ch)
+}
+
+// refresh is applyChanges without telling the observer. Caller holds
+// e.follow.view.
+func (e *Engine) refresh(keys [][]byte, all bool) Changes {
 	var ch Changes
 	ch.All = all
 	inos := map[uint64]bool{}
@@ -170,10 +193,15 @@ func (e *Engine) applyChanges(keys [][]byte, all bool) {
 	for ino := range inos {
 		ch.Inodes = append(ch.Inodes, ino)
 	}
+	return ch
+}
+
+// tell hands ch to the observer, if there is anything in it.
+func (e *Engine) tell(ch Changes) {
 	e.follow.mu.Lock()
 	observe := e.follow.observe
 	e.follow.mu.Unlock()
-	if observe != nil && (all || len(ch.Inodes) > 0 || len(ch.Entries) > 0) {
+	if observe != nil && (ch.All || len(ch.Inodes) > 0 || len(ch.Entries) > 0) {
 		observe(ch)
 	}
 }

@@ -31,11 +31,11 @@ func (e *Engine) extentLocked(ctx context.Context, n *inode, idx uint64) ([]byte
 
 // Read reads up to len(p) bytes at off. It returns 0 at or past the end.
 func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
-	nr, err := e.read(ctx, ino, p, off)
 	if !e.opts.ReadOnly || e.opts.PinManifest != 0 {
-		return nr, err
+		return e.read(ctx, ino, p, off)
 	}
-	if err == nil && nr > 0 && e.goneOnWriter(ino) {
+	nr, gone, err := e.replicaRead(ctx, ino, p, off)
+	if gone {
 		// A replica's open file that the writer deleted: its extents may
 		// have read as zeroes, which are not its bytes (fs/follow.go).
 		return 0, ErrStale
@@ -50,8 +50,8 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 		e.log.Error("replica: a segment is gone and the newer state cannot be read", "ino", ino, "off", off, "err", err, "follow_err", ferr)
 		return nr, err
 	}
-	nr, err = e.read(ctx, ino, p, off)
-	if err == nil && nr > 0 && e.goneOnWriter(ino) {
+	nr, gone, err = e.replicaRead(ctx, ino, p, off)
+	if gone {
 		return 0, ErrStale
 	}
 	if err != nil && objstore.IsNotFound(err) {
@@ -60,6 +60,16 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 		e.log.Debug("replica: a segment was gone; read again from the newer state", "ino", ino, "off", off)
 	}
 	return nr, err
+}
+
+// replicaRead is read on a following replica, as one step against the
+// journals it applies (fs/follow.go); gone reports bytes read from a file
+// the writer has deleted.
+func (e *Engine) replicaRead(ctx context.Context, ino uint64, p []byte, off int64) (int, bool, error) {
+	e.follow.view.RLock()
+	defer e.follow.view.RUnlock()
+	nr, err := e.read(ctx, ino, p, off)
+	return nr, err == nil && nr > 0 && e.goneOnWriter(ino), err
 }
 
 func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {

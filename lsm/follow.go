@@ -41,6 +41,14 @@ func (db *DB) FollowGap() time.Duration { return db.opts.JournalRetention / 2 }
 // (sets, merges and deletes; range deletions yield their start key), or
 // ok=false when there is no such object yet.
 func (db *DB) FollowNext(ctx context.Context) (keys [][]byte, ok bool, err error) {
+	return db.FollowNextWith(ctx, nil)
+}
+
+// FollowNextWith is FollowNext with the application of the journal (not
+// its GET) run by around, which is given the keys the journal writes: the
+// caller can make the application and its own refresh of what those keys
+// mean one step for its readers. nil: apply directly.
+func (db *DB) FollowNextWith(ctx context.Context, around func(keys [][]byte, apply func() error) error) (keys [][]byte, ok bool, err error) {
 	if !db.readOnly || db.pinned {
 		return nil, false, errors.New("lsm: FollowNext is for read-only followers")
 	}
@@ -73,7 +81,13 @@ func (db *DB) FollowNext(ctx context.Context) (keys [][]byte, ok bool, err error
 			keys = append(keys, append([]byte(nil), ukey...))
 		}
 	}
-	if err := db.applyJournal(j); err != nil {
+	apply := func() error { return db.applyJournal(j) }
+	if around != nil {
+		err = around(keys, apply)
+	} else {
+		err = apply()
+	}
+	if err != nil {
 		return nil, false, err
 	}
 	return keys, true, nil
