@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"time"
@@ -157,12 +158,10 @@ func (e *Engine) refresh(keys [][]byte, all bool) Changes {
 			continue
 		}
 		switch k[0] {
-		case schema.PInode, schema.PSymlink, schema.PXattr:
-			inos[be64(k[1:])] = true
-		case schema.PExtent:
-			inos[be64(k[1:])] = true
+		case schema.PInode, schema.PSymlink, schema.PXattr, schema.PExtent:
+			inos[binary.BigEndian.Uint64(k[1:])] = true
 		case schema.PRangeTomb:
-			ino := be64(k[1:])
+			ino := binary.BigEndian.Uint64(k[1:])
 			inos[ino], ranges[ino] = true, true
 		case schema.PDirent:
 			if parent, name, err := schema.ParseDirentKey(k); err == nil {
@@ -229,11 +228,6 @@ func (e *Engine) reloadRangeTombs(inos map[uint64]bool) {
 		}
 		return nil
 	})
-}
-
-func be64(b []byte) uint64 {
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }
 
 // goneOnWriter reports, on a following replica, that ino is deleted in the

@@ -132,7 +132,6 @@ func (db *DB) CatchUp(ctx context.Context) (jumped bool, err error) {
 // after, never a mix.
 func (db *DB) rebuild(ctx context.Context) error {
 	fresh := &DB{opts: db.opts, readOnly: true, pebbleDir: filepath.Join(db.opts.Dir, fmt.Sprintf("pebble-%d", time.Now().UnixNano()))}
-	fresh.opts.Dir = db.opts.Dir
 	fresh.mu.shipped = map[string]string{}
 	fresh.mu.nextSeq = 1
 	if err := os.RemoveAll(fresh.pebbleDir); err != nil {
