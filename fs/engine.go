@@ -498,6 +498,24 @@ func (n *inode) settle() {
 	}
 }
 
+// coveredSize is how far a flush whose snapshot saw size snap may raise
+// the persisted size: not past the size now (a truncation meanwhile), nor
+// past the first extent whose data is still unflushed (dirty, or in
+// flight in a later segment of the same flush): a truncation and an
+// append while the flush uploads leave the size above data that no
+// commit holds yet, and a replica or a crash would read zeroes there.
+// Caller holds n.mu.
+func (n *inode) coveredSize(snap uint64) uint64 {
+	p := min(snap, n.attr.Size)
+	for idx := range n.dirty {
+		p = min(p, idx*extentSize)
+	}
+	for idx := range n.flushing {
+		p = min(p, idx*extentSize)
+	}
+	return p
+}
+
 // getRecord reads the stored inode record.
 func (e *Engine) getRecord(ino uint64) (schema.Inode, error) {
 	v, ok, err := e.get(schema.InodeKey(ino))

@@ -377,7 +377,7 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 			}
 			if !n.deleted {
 				n.attr.Blocks = blocks
-				if p := min(batch[i].snap, n.attr.Size); p > n.psize {
+				if p := n.coveredSize(batch[i].snap); p > n.psize {
 					n.psize = p
 				}
 				n.attrDirty = false

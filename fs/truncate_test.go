@@ -225,3 +225,95 @@ func TestSmallPunchInline(t *testing.T) {
 	f.e = nil
 	f.fsck()
 }
+
+// TestFlushNeverPersistsSizeAboveUnflushedData: while a flush uploads, the
+// file is truncated and then appended to; the appended extents are dirty,
+// in no commit. The flush's commit must not persist the new size over
+// them (a replica, or recovery after a crash, would read zeroes there).
+// The same holds for a flush split over segments: the first segment's
+// commit does not persist the size covering extents of the second.
+func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
+	ctx := context.Background()
+	base := objstore.NewMem()
+	k, err := Init(ctx, base, "password123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := objstore.NewFaulty(base)
+	e, err := Open(ctx, Options{Store: slow, Keys: k, CacheDir: t.TempDir(), FlushInterval: time.Hour, SegmentTarget: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	// covered fails the test if the stored record's size reaches over an
+	// extent with no committed pointer (all data written here is nonzero).
+	covered := func(what string, ino uint64) uint64 {
+		t.Helper()
+		rec, err := e.getRecord(ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for idx := uint64(0); idx*extentSize < rec.Size; idx++ {
+			if _, ok, err := e.pointer(ino, idx); err != nil || !ok {
+				t.Fatalf("%s: stored size %d covers extent %d, which no commit holds", what, rec.Size, idx)
+			}
+		}
+		return rec.Size
+	}
+
+	a, _ := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
+	e.Write(ctx, a.Ino, randBytes(1, 10*extentSize), 0)
+	slow.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: "segments/", Latency: 300 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- e.Seal(ctx) }()
+	time.Sleep(100 * time.Millisecond) // the snapshot is taken, the upload is slow
+	if _, err := e.SetAttr(ctx, a.Ino, SetAttr{Valid: SetSize, Size: 3 * extentSize}); err != nil {
+		t.Fatal(err)
+	}
+	e.Write(ctx, a.Ino, randBytes(2, 3*extentSize), 3*extentSize)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := covered("truncate and append during the upload", a.Ino); got > 3*extentSize {
+		t.Fatalf("stored size %d", got)
+	}
+	if err := e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := covered("after the next barrier", a.Ino); got != 6*extentSize {
+		t.Fatalf("stored size %d after the barrier, want %d", got, 6*extentSize)
+	}
+
+	// A 2 MiB file flushed as several 256 KiB segments: check the record
+	// while a later segment is still uploading.
+	b, _ := e.Create(ctx, RootIno, "g", 0o644, 0, 0)
+	e.Write(ctx, b.Ino, randBytes(3, 64*extentSize), 0)
+	go func() { done <- e.Seal(ctx) }()
+	checks := 0
+	for waiting := true; waiting; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			waiting = false
+		case <-time.After(5 * time.Millisecond):
+			if hasPointer(e, b.Ino) {
+				covered("a flush split over segments, midway", b.Ino)
+				checks++
+			}
+		}
+	}
+	if checks == 0 {
+		t.Fatal("no check while the split flush was midway")
+	}
+	if got := covered("the split flush, done", b.Ino); got != 64*extentSize {
+		t.Fatalf("stored size %d, want %d", got, 64*extentSize)
+	}
+}
+
+// hasPointer reports whether any extent of ino has a committed pointer.
+func hasPointer(e *Engine, ino uint64) bool {
+	_, ok, _ := e.pointer(ino, 0)
+	return ok
+}
