@@ -182,7 +182,11 @@ func grow(b []byte, n int) []byte {
 // compression does not shrink it), seals it under the data key and appends
 // the frame to dst:
 //
-//	nonce (24) || XChaCha20-Poly1305(codec byte || payload) || tag (16)
+//	nonce (24) || AEAD(codec byte || payload) || tag (16)
+//
+// The AEAD is the filesystem's cipher (keys.Keys.Cipher): XAES-256-GCM, or
+// XChaCha20-Poly1305 for format-1 filesystems and CPUs without AES
+// instructions; both have a 24-byte nonce and a 16-byte tag.
 //
 // The AAD is "ebbfs-frame-v1" || fs uuid || ino || extent || gen (u64 LE
 // each). The segment id is not bound, so repack can copy frames verbatim.

@@ -19,8 +19,14 @@ import (
 // DescriptorKey is the object key of the descriptor.
 const DescriptorKey = "ebbfs.fs"
 
-// FormatVersion is the on-store format this build writes and reads.
-const FormatVersion = 1
+// FormatVersion is the descriptor format this build writes: 2 records the
+// frame and metadata cipher ("cipher"). Format 1 descriptors (no cipher
+// field, XChaCha20-Poly1305) are still read.
+const FormatVersion = 2
+
+// formatXChaCha is the descriptor format of filesystems made before the
+// cipher became a choice: no cipher field, XChaCha20-Poly1305 throughout.
+const formatXChaCha = 1
 
 // MinPasswordLen is the shortest password accepted.
 const MinPasswordLen = 8
@@ -52,17 +58,22 @@ func DefaultKDF() KDFParams {
 
 // Descriptor is the plaintext JSON stored at ebbfs.fs.
 type Descriptor struct {
-	Format     int       `json:"format"`
-	UUID       [16]byte  `json:"uuid"`
+	Format int      `json:"format"`
+	UUID   [16]byte `json:"uuid"`
+	// Cipher seals frames, segment directories and metadata objects
+	// (both subkeys); absent in format 1, which means XChaCha20-Poly1305.
+	// The wrapped key is always XChaCha20-Poly1305.
+	Cipher     Cipher    `json:"cipher,omitempty"`
 	KDF        KDFParams `json:"kdf"`
 	WrappedKey []byte    `json:"wrapped_key"` // nonce || XChaCha20-Poly1305(master key)
 }
 
 // Keys are the unwrapped keys of an open filesystem.
 type Keys struct {
-	UUID [16]byte
-	Data *AEAD // frames and segment directories
-	Meta *AEAD // journal, manifests, SSTs, lease-free metadata objects
+	UUID   [16]byte
+	Cipher Cipher
+	Data   *AEAD // frames and segment directories
+	Meta   *AEAD // journal, manifests, SSTs, lease-free metadata objects
 }
 
 func mustRand(b []byte) {
@@ -84,12 +95,26 @@ func kek(password string, p KDFParams) ([]byte, error) {
 func wrapAAD(uuid [16]byte) []byte { return append([]byte("ebbfs-key-v1"), uuid[:]...) }
 
 // NewDescriptor makes a fresh filesystem identity: uuid, random master key
-// wrapped under password. It returns the descriptor and the unwrapped keys.
+// wrapped under password, sealing with DefaultCipher(). It returns the
+// descriptor and the unwrapped keys.
 func NewDescriptor(password string, kdf KDFParams) (*Descriptor, *Keys, error) {
+	return NewDescriptorCipher(password, kdf, DefaultCipher())
+}
+
+// NewDescriptorCipher is NewDescriptor with a chosen cipher. With
+// CipherXChaCha20Poly1305 it writes a format-1 descriptor (no cipher
+// field), which every ebbfs build reads.
+func NewDescriptorCipher(password string, kdf KDFParams, c Cipher) (*Descriptor, *Keys, error) {
 	if len(password) < MinPasswordLen {
 		return nil, nil, ErrShortPassword
 	}
-	d := &Descriptor{Format: FormatVersion, KDF: kdf}
+	if !c.Valid() {
+		return nil, nil, fmt.Errorf("unknown cipher %q (want %s or %s)", c, CipherXAES256GCM, CipherXChaCha20Poly1305)
+	}
+	d := &Descriptor{Format: FormatVersion, Cipher: c, KDF: kdf}
+	if c == CipherXChaCha20Poly1305 {
+		d.Format, d.Cipher = formatXChaCha, ""
+	}
 	mustRand(d.UUID[:])
 	master := make([]byte, 32)
 	mustRand(master)
@@ -99,7 +124,7 @@ func NewDescriptor(password string, kdf KDFParams) (*Descriptor, *Keys, error) {
 	}
 	a, _ := newAEAD(k)
 	d.WrappedKey = a.Seal(wrapAAD(d.UUID), master)
-	ks, err := derive(d.UUID, master)
+	ks, err := derive(d.UUID, master, c)
 	return d, ks, err
 }
 
@@ -115,10 +140,29 @@ func ParseDescriptor(b []byte) (*Descriptor, error) {
 	if err := json.Unmarshal(b, &d); err != nil {
 		return nil, fmt.Errorf("descriptor %s is malformed: %w", DescriptorKey, err)
 	}
-	if d.Format != FormatVersion {
-		return nil, fmt.Errorf("descriptor %s has format %d; this build reads format %d", DescriptorKey, d.Format, FormatVersion)
+	switch d.Format {
+	case formatXChaCha:
+		if d.Cipher != "" {
+			return nil, fmt.Errorf("descriptor %s has format 1 and a cipher field: %w", DescriptorKey, errMalformed)
+		}
+	case FormatVersion:
+		if !d.Cipher.Valid() {
+			return nil, fmt.Errorf("descriptor %s names cipher %q; this build knows %s and %s", DescriptorKey, d.Cipher, CipherXAES256GCM, CipherXChaCha20Poly1305)
+		}
+	default:
+		return nil, fmt.Errorf("descriptor %s has format %d; this build reads formats 1 and %d", DescriptorKey, d.Format, FormatVersion)
 	}
 	return &d, nil
+}
+
+var errMalformed = errors.New("malformed")
+
+// CipherOf returns the cipher d's filesystem seals with.
+func (d *Descriptor) CipherOf() Cipher {
+	if d.Cipher == "" {
+		return CipherXChaCha20Poly1305
+	}
+	return d.Cipher
 }
 
 // Unlock unwraps the master key with password and derives the subkeys.
@@ -127,7 +171,7 @@ func (d *Descriptor) Unlock(password string) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	return derive(d.UUID, master)
+	return derive(d.UUID, master, d.CipherOf())
 }
 
 func (d *Descriptor) unwrap(password string) ([]byte, error) {
@@ -164,23 +208,35 @@ func (d *Descriptor) Rewrap(oldPassword, newPassword string, kdf KDFParams) (*De
 	return &nd, nil
 }
 
-func derive(uuid [16]byte, master []byte) (*Keys, error) {
+func derive(uuid [16]byte, master []byte, c Cipher) (*Keys, error) {
+	var err error
 	sub := func(info string) *AEAD {
 		k := make([]byte, 32)
 		r := hkdf.New(sha256.New, master, uuid[:], []byte(info))
-		if _, err := io.ReadFull(r, k); err != nil {
-			panic("keys: hkdf: " + err.Error())
+		if _, rerr := io.ReadFull(r, k); rerr != nil {
+			panic("keys: hkdf: " + rerr.Error())
 		}
-		a, _ := newAEAD(k)
+		a, aerr := NewAEADCipher(k, c)
+		if aerr != nil {
+			err = aerr
+		}
 		return a
 	}
-	return &Keys{UUID: uuid, Data: sub("ebbfs data v1"), Meta: sub("ebbfs meta v1")}, nil
+	ks := &Keys{UUID: uuid, Cipher: c, Data: sub("ebbfs data v1"), Meta: sub("ebbfs meta v1")}
+	if err != nil {
+		return nil, err
+	}
+	return ks, nil
 }
 
-// AEAD seals and opens blobs with XChaCha20-Poly1305 and a random 24-byte
-// nonce stored in front of the ciphertext.
+// AEAD seals and opens blobs with the filesystem's cipher (XAES-256-GCM or
+// XChaCha20-Poly1305) and a random 24-byte nonce stored in front of the
+// ciphertext. Both ciphers have the same nonce and tag sizes, so a sealed
+// blob's length does not depend on the cipher.
 type AEAD struct {
-	key []byte
+	cipher Cipher
+	key    []byte
+	xaes   *xaes // CipherXAES256GCM
 }
 
 // Overhead is the number of bytes Seal adds (nonce + tag).
@@ -189,15 +245,35 @@ const Overhead = chacha20poly1305.NonceSizeX + chacha20poly1305.Overhead
 // NonceSize is the length of the nonce that starts a sealed blob.
 const NonceSize = chacha20poly1305.NonceSizeX
 
+// newAEAD is an XChaCha20-Poly1305 AEAD (key wrapping, format-1 data).
 func newAEAD(key []byte) (*AEAD, error) {
+	return NewAEADCipher(key, CipherXChaCha20Poly1305)
+}
+
+// NewAEAD wraps a raw 32-byte key for XChaCha20-Poly1305 (tests and
+// benchmarks).
+func NewAEAD(key []byte) (*AEAD, error) { return newAEAD(key) }
+
+// NewAEADCipher wraps a raw 32-byte key for cipher c.
+func NewAEADCipher(key []byte, c Cipher) (*AEAD, error) {
 	if len(key) != 32 {
 		return nil, errors.New("keys: key must be 32 bytes")
 	}
-	return &AEAD{key: key}, nil
+	switch c {
+	case CipherXChaCha20Poly1305:
+		return &AEAD{cipher: c, key: key}, nil
+	case CipherXAES256GCM:
+		x, err := newXAES(key)
+		if err != nil {
+			return nil, err
+		}
+		return &AEAD{cipher: c, key: key, xaes: x}, nil
+	}
+	return nil, fmt.Errorf("keys: unknown cipher %q", c)
 }
 
-// NewAEAD wraps a raw 32-byte key (tests and benchmarks).
-func NewAEAD(key []byte) (*AEAD, error) { return newAEAD(key) }
+// Cipher returns the AEAD's cipher.
+func (a *AEAD) Cipher() Cipher { return a.cipher }
 
 // Seal returns nonce || ciphertext || tag.
 func (a *AEAD) Seal(aad, plain []byte) []byte {
@@ -206,11 +282,15 @@ func (a *AEAD) Seal(aad, plain []byte) []byte {
 
 // SealTo appends nonce || ciphertext || tag to dst.
 func (a *AEAD) SealTo(dst, aad, plain []byte) []byte {
-	c, _ := chacha20poly1305.NewX(a.key)
 	n := len(dst)
-	dst = append(dst, make([]byte, chacha20poly1305.NonceSizeX)...)
+	dst = append(dst, make([]byte, NonceSize)...)
 	mustRand(dst[n:])
-	return c.Seal(dst, dst[n:n+chacha20poly1305.NonceSizeX], plain, aad)
+	nonce := dst[n : n+NonceSize]
+	if a.xaes != nil {
+		return a.xaes.Seal(dst, nonce, plain, aad)
+	}
+	c, _ := chacha20poly1305.NewX(a.key)
+	return c.Seal(dst, nonce, plain, aad)
 }
 
 // Open authenticates and decrypts a blob made by Seal. Any failure is ErrAuth.
@@ -224,8 +304,14 @@ func (a *AEAD) OpenTo(dst, aad, sealed []byte) ([]byte, error) {
 	if len(sealed) < Overhead {
 		return nil, ErrAuth
 	}
-	c, _ := chacha20poly1305.NewX(a.key)
-	out, err := c.Open(dst, sealed[:chacha20poly1305.NonceSizeX], sealed[chacha20poly1305.NonceSizeX:], aad)
+	var out []byte
+	var err error
+	if a.xaes != nil {
+		out, err = a.xaes.Open(dst, sealed[:NonceSize], sealed[NonceSize:], aad)
+	} else {
+		c, _ := chacha20poly1305.NewX(a.key)
+		out, err = c.Open(dst, sealed[:NonceSize], sealed[NonceSize:], aad)
+	}
 	if err != nil {
 		return nil, ErrAuth
 	}

@@ -1,0 +1,187 @@
+package keys
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+)
+
+// A filesystem made before the cipher was recorded (format 1, by the code
+// of commit d7187bd) still unlocks, reads as XChaCha20-Poly1305, and opens
+// blobs that code sealed under both subkeys.
+func TestFormat1DescriptorStillReads(t *testing.T) {
+	b, err := os.ReadFile("testdata/format1-descriptor.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("cipher")) {
+		t.Fatal("the format-1 fixture names a cipher")
+	}
+	d, err := ParseDescriptor(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Format != 1 || d.CipherOf() != CipherXChaCha20Poly1305 {
+		t.Fatalf("format %d, cipher %q", d.Format, d.CipherOf())
+	}
+	k, err := d.Unlock("old format password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Cipher != CipherXChaCha20Poly1305 || k.Data.Cipher() != CipherXChaCha20Poly1305 {
+		t.Fatalf("keys cipher %q", k.Cipher)
+	}
+	var sealed [][]byte
+	lines, _ := os.ReadFile("testdata/format1-sealed.txt")
+	for _, l := range strings.Split(string(lines), "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		s, err := hex.DecodeString(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed = append(sealed, s)
+	}
+	if len(sealed) != 2 {
+		t.Fatalf("%d sealed blobs in the fixture", len(sealed))
+	}
+	if got, err := k.Data.Open([]byte("data aad"), sealed[0]); err != nil || string(got) != "sealed by the format-1 code" {
+		t.Fatalf("data blob: %q, %v", got, err)
+	}
+	if got, err := k.Meta.Open([]byte("meta aad"), sealed[1]); err != nil || string(got) != "metadata of format 1" {
+		t.Fatalf("meta blob: %q, %v", got, err)
+	}
+	// A re-wrap keeps format 1 and the cipher.
+	nd, err := d.Rewrap("old format password", "new password!", cheapKDF())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(nd.Marshal(), []byte("cipher")) || nd.Format != 1 {
+		t.Fatalf("re-wrapped format-1 descriptor changed: %s", nd.Marshal())
+	}
+}
+
+func TestDescriptorRecordsCipher(t *testing.T) {
+	for _, c := range []Cipher{CipherXAES256GCM, CipherXChaCha20Poly1305} {
+		t.Run(string(c), func(t *testing.T) {
+			d, k, err := NewDescriptorCipher("correct horse", cheapKDF(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := d.Marshal()
+			wantFormat, wantField := 2, true
+			if c == CipherXChaCha20Poly1305 {
+				wantFormat, wantField = 1, false
+			}
+			if d.Format != wantFormat || bytes.Contains(m, []byte(`"cipher"`)) != wantField {
+				t.Fatalf("descriptor: %s", m)
+			}
+			d2, err := ParseDescriptor(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k2, err := d2.Unlock("correct horse")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k2.Cipher != c || k.Cipher != c || k2.Meta.Cipher() != c {
+				t.Fatalf("cipher %q / %q, want %q", k2.Cipher, k.Cipher, c)
+			}
+			for _, pair := range [][2]*AEAD{{k.Data, k2.Data}, {k.Meta, k2.Meta}} {
+				for _, size := range []int{0, 1, 4096, 32 << 10} {
+					plain := bytes.Repeat([]byte{byte(size)}, size)
+					sealed := pair[0].Seal([]byte("aad"), plain)
+					if len(sealed) != size+Overhead {
+						t.Fatalf("sealed %d bytes to %d", size, len(sealed))
+					}
+					got, err := pair[1].Open([]byte("aad"), sealed)
+					if err != nil || !bytes.Equal(got, plain) {
+						t.Fatalf("round trip of %d bytes: %v", size, err)
+					}
+					// In place, as the segment reader does.
+					cp := append([]byte(nil), sealed...)
+					got, err = pair[1].OpenTo(cp[NonceSize:NonceSize], []byte("aad"), cp)
+					if err != nil || !bytes.Equal(got, plain) {
+						t.Fatalf("in-place open of %d bytes: %v", size, err)
+					}
+				}
+			}
+			sealed := k.Data.Seal([]byte("a"), []byte("payload"))
+			for i := range sealed {
+				for _, bit := range []byte{0x01, 0x80} {
+					cp := append([]byte(nil), sealed...)
+					cp[i] ^= bit
+					if _, err := k2.Data.Open([]byte("a"), cp); !errors.Is(err, ErrAuth) {
+						t.Fatalf("flip %#x at byte %d accepted", bit, i)
+					}
+				}
+			}
+			if _, err := k2.Data.Open([]byte("b"), sealed); !errors.Is(err, ErrAuth) {
+				t.Fatal("wrong AAD accepted")
+			}
+			if _, err := k2.Data.Open([]byte("a"), sealed[:len(sealed)-1]); !errors.Is(err, ErrAuth) {
+				t.Fatal("truncated blob accepted")
+			}
+		})
+	}
+}
+
+// One cipher's blob never opens under the other with the same key.
+func TestCiphersAreDistinct(t *testing.T) {
+	key := bytes.Repeat([]byte{9}, 32)
+	x, _ := NewAEADCipher(key, CipherXAES256GCM)
+	c, _ := NewAEADCipher(key, CipherXChaCha20Poly1305)
+	if _, err := c.Open(nil, x.Seal(nil, []byte("p"))); !errors.Is(err, ErrAuth) {
+		t.Fatal("an XAES blob opened as XChaCha20")
+	}
+	if _, err := x.Open(nil, c.Seal(nil, []byte("p"))); !errors.Is(err, ErrAuth) {
+		t.Fatal("an XChaCha20 blob opened as XAES")
+	}
+}
+
+func TestParseDescriptorCipherField(t *testing.T) {
+	d, _, _ := NewDescriptorCipher("correct horse", cheapKDF(), CipherXAES256GCM)
+	for name, edit := range map[string]func(*Descriptor){
+		"unknown cipher":          func(d *Descriptor) { d.Cipher = "rot13" },
+		"format 2 without cipher": func(d *Descriptor) { d.Cipher = "" },
+		"format 1 with cipher":    func(d *Descriptor) { d.Format = 1 },
+		"format 3":                func(d *Descriptor) { d.Format = 3 },
+	} {
+		nd := *d
+		edit(&nd)
+		if _, err := ParseDescriptor(nd.Marshal()); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, _, err := NewDescriptorCipher("correct horse", cheapKDF(), "rot13"); err == nil {
+		t.Error("NewDescriptorCipher accepted an unknown cipher")
+	}
+}
+
+func TestParseCipherAndDefault(t *testing.T) {
+	for in, want := range map[string]Cipher{
+		"xaes-256-gcm":       CipherXAES256GCM,
+		"xchacha20-poly1305": CipherXChaCha20Poly1305,
+		"auto":               DefaultCipher(),
+		"":                   DefaultCipher(),
+	} {
+		if got, err := ParseCipher(in); err != nil || got != want {
+			t.Errorf("ParseCipher(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := ParseCipher("aes"); err == nil {
+		t.Error("ParseCipher accepted aes")
+	}
+	if HasAESHardware() != (DefaultCipher() == CipherXAES256GCM) {
+		t.Error("DefaultCipher does not follow HasAESHardware")
+	}
+	_, k, _ := NewDescriptor("correct horse", cheapKDF())
+	if k.Cipher != DefaultCipher() {
+		t.Errorf("NewDescriptor chose %q", k.Cipher)
+	}
+	t.Logf("AES hardware: %v, default cipher %s", HasAESHardware(), DefaultCipher())
+}

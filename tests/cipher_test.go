@@ -1,0 +1,180 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
+)
+
+// TestCipherFormats: a filesystem whose descriptor is format 1 (no cipher
+// field, as every ebbfs before the cipher choice wrote it) mounts, takes
+// writes and reads them back from the store alone with XChaCha20-Poly1305;
+// one made by `ebbfs init` records the default cipher (XAES-256-GCM on a
+// CPU with AES instructions) and does the same. Under both, every frame in
+// the store opens with the recorded cipher, and a flipped byte in each
+// frame reads as EIO, not as other data.
+func TestCipherFormats(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		format int
+		want   keys.Cipher
+	}{
+		{"format1-xchacha20", 1, keys.CipherXChaCha20Poly1305},
+		{"init-default", keys.FormatVersion, keys.DefaultCipher()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			if tc.format == 1 {
+				writeFormat1Descriptor(t, e)
+			} else {
+				e.init()
+			}
+			d := readStoreDescriptor(t, e)
+			if d.CipherOf() != tc.want {
+				t.Fatalf("descriptor cipher %q, want %q", d.CipherOf(), tc.want)
+			}
+			if d.Format == 2 && tc.want == keys.CipherXChaCha20Poly1305 {
+				t.Fatal("an XChaCha20 filesystem got a format-2 descriptor")
+			}
+			t.Logf("descriptor format %d, cipher %s", d.Format, d.CipherOf())
+
+			p := e.mount()
+			big := randBytes(t, 3<<20+7)
+			writeFile(t, e.path("big.bin"), big)
+			fsyncFile(t, e.path("big.bin"))
+			writeFile(t, e.path("small.txt"), []byte("sealed small file"))
+			p.stop()
+			if err := os.RemoveAll(e.cache); err != nil {
+				t.Fatal(err)
+			}
+			if r := e.mustEbbfs("fsck"); !strings.Contains(r.stdout, "consistent") {
+				t.Fatalf("fsck: %s", r)
+			}
+			p = e.mount()
+			if got := readFile(t, e.path("big.bin")); !bytes.Equal(got, big) {
+				t.Fatalf("big.bin differs after a restart from the store (%d bytes)", len(got))
+			}
+			if got := string(readFile(t, e.path("small.txt"))); got != "sealed small file" {
+				t.Fatalf("small.txt = %q", got)
+			}
+			p.stop()
+			if d2 := readStoreDescriptor(t, e); d2.Format != d.Format || d2.CipherOf() != tc.want {
+				t.Fatalf("descriptor changed by use: format %d cipher %q", d2.Format, d2.CipherOf())
+			}
+
+			// Every frame opens under the recorded cipher; then flip one
+			// byte in each.
+			k, err := d.Unlock(testPassword)
+			if err != nil {
+				t.Fatal(err)
+			}
+			frames := 0
+			for _, path := range segmentFiles(t, e) {
+				obj, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := segment.ParseFooter(obj[len(obj)-segment.FooterSize:])
+				if err != nil {
+					t.Fatalf("%s: %v", path, err)
+				}
+				ents, err := segment.ParseDirectory(k, f, obj[f.DirOffset:f.DirOffset+uint64(f.DirLen)])
+				if err != nil {
+					t.Fatalf("%s: directory under %s: %v", path, k.Cipher, err)
+				}
+				for _, en := range ents {
+					fr := obj[en.Offset : uint64(en.Offset)+uint64(en.Length)]
+					if _, err := segment.DecodeFrame(k, en.ID(), fr, int(en.PlainLen)); err != nil {
+						t.Fatalf("%s: frame %+v under %s: %v", path, en.ID(), k.Cipher, err)
+					}
+					fr[len(fr)/2] ^= 0x10
+					frames++
+				}
+				if err := os.WriteFile(path, obj, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if frames < 3<<20/segment.ExtentSize {
+				t.Fatalf("%d frames in the store for a 3 MiB file", frames)
+			}
+			if err := os.RemoveAll(e.cache); err != nil {
+				t.Fatal(err)
+			}
+			p = e.mount()
+			for _, name := range []string{"big.bin", "small.txt"} {
+				_, err := os.ReadFile(e.path(name))
+				if !errors.Is(err, syscall.EIO) {
+					t.Errorf("%s with every frame tampered: read error %v, want EIO", name, err)
+				}
+			}
+			p.stop()
+		})
+	}
+}
+
+// writeFormat1Descriptor stores a format-1 descriptor (no cipher field:
+// XChaCha20-Poly1305), byte for byte what ebbfs init wrote before the
+// cipher became a choice, under the test password.
+func writeFormat1Descriptor(t *testing.T, e *env) {
+	t.Helper()
+	d, _, err := keys.NewDescriptorCipher(testPassword, keys.DefaultKDF(), keys.CipherXChaCha20Poly1305)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := d.Marshal()
+	if bytes.Contains(b, []byte("cipher")) || d.Format != 1 {
+		t.Fatalf("not a format-1 descriptor:\n%s", b)
+	}
+	st, err := objstore.NewLocal(e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(context.Background(), keys.DescriptorKey, b, objstore.PutOptions{IfAbsent: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readStoreDescriptor(t *testing.T, e *env) *keys.Descriptor {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.store, keys.DescriptorKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := keys.ParseDescriptor(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// segmentFiles lists the segment objects of a local store.
+func segmentFiles(t *testing.T, e *env) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(filepath.Join(e.store, "segments"), func(p string, de fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if de.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatal("no segments in the store")
+	}
+	return out
+}
