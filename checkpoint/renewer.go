@@ -105,7 +105,9 @@ func NewRenewer(o RenewerOptions) (*Renewer, error) {
 }
 
 // Start writes the record and starts the renewal worker. It returns the
-// error of the first write, in which case nothing was started.
+// error of the first write, in which case nothing was started. With no
+// manifest to pin yet (ManifestSeq returns 0) it writes nothing and the
+// worker pins the first manifest ManifestSeq reports.
 func (r *Renewer) Start(ctx context.Context) error {
 	r.mu.Lock()
 	if r.mu.started || r.mu.closed {
@@ -113,13 +115,14 @@ func (r *Renewer) Start(ctx context.Context) error {
 		return errors.New("checkpoint: Renewer already started or closed")
 	}
 	r.mu.Unlock()
-	seq := r.o.ManifestSeq()
-	if seq == 0 {
-		return fmt.Errorf("checkpoint: reader %q: replica has no manifest to pin", r.o.Name)
-	}
-	rec, err := r.pin(ctx, seq)
-	if err != nil {
-		return err
+	// A filesystem whose writer has published no manifest yet has none to
+	// pin: the worker pins the first one the replica learns of.
+	var rec Record
+	if seq := r.o.ManifestSeq(); seq != 0 {
+		var err error
+		if rec, err = r.pin(ctx, seq); err != nil {
+			return err
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -170,7 +173,7 @@ func (r *Renewer) Close() error {
 	default:
 	}
 	r.wg.Wait()
-	if !started {
+	if !started || mine.ManifestSeq == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -205,7 +208,7 @@ func (r *Renewer) loop() {
 		err := r.renew()
 		r.mu.Lock()
 		r.mu.lastErr = err
-		if err == nil {
+		if err == nil && r.mu.rec.ManifestSeq != 0 {
 			r.mu.renewals++
 		}
 		r.mu.Unlock()
@@ -230,6 +233,9 @@ func (r *Renewer) renew() error {
 	seq := r.o.ManifestSeq()
 	if seq == 0 {
 		seq = cur.ManifestSeq
+	}
+	if seq == 0 {
+		return nil // no manifest to pin yet
 	}
 	now := r.o.Clock.Now().UTC()
 	view := r.view(now)

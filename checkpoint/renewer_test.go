@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,5 +71,46 @@ func TestRenewerSpanFollowsView(t *testing.T) {
 	rec, err = Get(ctx, st, "reader-h-1")
 	if err != nil || rec.Span() != 3*time.Minute || rec.ManifestSeq != 7 {
 		t.Fatalf("re-created record %+v, %v", rec, err)
+	}
+}
+
+// TestRenewerWaitsForFirstManifest: a replica of a filesystem with no
+// manifest yet starts without a record and pins the first manifest it
+// learns of at the next renewal; Close removes that record.
+func TestRenewerWaitsForFirstManifest(t *testing.T) {
+	ctx := context.Background()
+	st := objstore.NewMem()
+	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	var seq atomic.Uint64
+	r, err := NewRenewer(RenewerOptions{Store: st, Name: "reader-h-2", TTL: 3 * time.Minute,
+		ManifestSeq: seq.Load, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatalf("Start with no manifest: %v", err)
+	}
+	if _, err := Get(ctx, st, "reader-h-2"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a record before any manifest: %v", err)
+	}
+	if err := r.renew(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Get(ctx, st, "reader-h-2"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a record before any manifest: %v", err)
+	}
+	seq.Store(5)
+	if err := r.renew(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := Get(ctx, st, "reader-h-2")
+	if err != nil || rec.ManifestSeq != 5 {
+		t.Fatalf("record %+v (%v), want manifest 5 pinned", rec, err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Get(ctx, st, "reader-h-2"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("record left after Close: %v", err)
 	}
 }

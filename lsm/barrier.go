@@ -44,13 +44,13 @@ func (db *DB) barrierLocked(ctx context.Context) error {
 		return err
 	}
 	q := db.mu.queue[:len(db.mu.queue):len(db.mu.queue)]
-	seq := db.mu.nextSeq
+	seq, manifest := db.mu.nextSeq, db.mu.latestManifest
 	db.mu.Unlock()
 	if len(q) == 0 {
 		return nil
 	}
 	key := journalKey(seq)
-	sealed := sealJournal(db.opts.Keys, Journal{Seq: seq, Epoch: db.epoch, Batches: q})
+	sealed := sealJournal(db.opts.Keys, Journal{Seq: seq, Epoch: db.epoch, Manifest: manifest, Batches: q})
 	err := db.putJournal(ctx, seq, sealed)
 	if err != nil {
 		return err

@@ -86,3 +86,55 @@ func TestFollowJournalByJournal(t *testing.T) {
 	}
 	wantVal(t, r, "id", "4")
 }
+
+// TestFollowerLearnsNewerManifest: each journal object names the newest
+// manifest its writer had published, so a follower's LatestManifest moves
+// past the manifest it started from as it applies journals (its reader
+// checkpoint then pins the newer one), with no LIST.
+func TestFollowerLearnsNewerManifest(t *testing.T) {
+	mem := objstore.NewMem()
+	cs := objstore.NewCounting(mem)
+	k := testKeys(t)
+	wo := testOpts(t, mem, k)
+	wo.JournalRetention = time.Hour
+	w := mustOpen(t, wo)
+	defer w.Close()
+	ctx := context.Background()
+	set(t, w, "ia", "1")
+	first, err := w.Publish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro := testOpts(t, cs, k)
+	ro.ReadOnly = true
+	ro.JournalRetention = time.Hour
+	r := mustOpen(t, ro)
+	defer r.Close()
+	if r.LatestManifest() != first {
+		t.Fatalf("replica starts at manifest %d, want %d", r.LatestManifest(), first)
+	}
+	set(t, w, "ib", "2")
+	second, err := w.Publish(ctx)
+	if err != nil || second <= first {
+		t.Fatalf("second manifest %d (%v) after %d", second, err, first)
+	}
+	set(t, w, "ic", "3")
+	barrier(t, w) // the first journal after the second manifest names it
+	before := cs.Snapshot()
+	for {
+		_, ok, err := r.FollowNext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+	}
+	if d := cs.Snapshot().Sub(before); d.List != 0 {
+		t.Fatalf("following sent %d LISTs", d.List)
+	}
+	wantVal(t, r, "ic", "3")
+	if r.LatestManifest() != second {
+		t.Fatalf("replica's LatestManifest %d after following, want %d", r.LatestManifest(), second)
+	}
+}

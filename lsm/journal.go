@@ -38,10 +38,18 @@ func parseSeqKey(prefix, key string) (uint64, bool) {
 	return v, true
 }
 
-const journalMagic = "EBJ1"
+// Journal container magics: EBJ2 (written) carries the newest manifest
+// the writer had published; EBJ1 (read) does not.
+const (
+	journalMagic   = "EBJ2"
+	journalMagicV1 = "EBJ1"
+)
 
-// journalHeaderLen is magic(4) seq(8) epoch(8) count(4).
-const journalHeaderLen = 24
+// Header lengths: magic(4) seq(8) epoch(8) [manifest(8)] count(4).
+const (
+	journalHeaderLen   = 32
+	journalHeaderLenV1 = 24
+)
 
 // maxJournalBatches bounds the batch count a decoder accepts before it has
 // seen the bytes, so a forged count cannot make it allocate.
@@ -49,9 +57,14 @@ const maxJournalBatches = 1 << 24
 
 // Journal is the decoded plaintext of one journal object.
 type Journal struct {
-	Seq     uint64
-	Epoch   uint64
-	Batches [][]byte // Pebble batch representations, in commit order
+	Seq   uint64
+	Epoch uint64
+	// Manifest is the newest manifest the writer had published when it
+	// wrote the object (0: none, or an EBJ1 object): a following replica
+	// learns from it which manifest its state has moved past, without a
+	// LIST.
+	Manifest uint64
+	Batches  [][]byte // Pebble batch representations, in commit order
 }
 
 // EncodeJournal returns the plaintext container of a journal object.
@@ -64,7 +77,8 @@ func EncodeJournal(j Journal) []byte {
 	copy(out, journalMagic)
 	binary.LittleEndian.PutUint64(out[4:], j.Seq)
 	binary.LittleEndian.PutUint64(out[12:], j.Epoch)
-	binary.LittleEndian.PutUint32(out[20:], uint32(len(j.Batches)))
+	binary.LittleEndian.PutUint64(out[20:], j.Manifest)
+	binary.LittleEndian.PutUint32(out[28:], uint32(len(j.Batches)))
 	for _, b := range j.Batches {
 		out = binary.LittleEndian.AppendUint32(out, uint32(len(b)))
 		out = append(out, b...)
@@ -80,16 +94,23 @@ var ErrCorrupt = errors.New("lsm: corrupt metadata object")
 // slices alias plain. Each batch must carry a valid Pebble batch header.
 func DecodeJournal(plain []byte) (Journal, error) {
 	var j Journal
-	if len(plain) < journalHeaderLen || string(plain[:4]) != journalMagic {
+	hlen := 0
+	switch {
+	case len(plain) >= journalHeaderLen && string(plain[:4]) == journalMagic:
+		hlen = journalHeaderLen
+		j.Manifest = binary.LittleEndian.Uint64(plain[20:])
+	case len(plain) >= journalHeaderLenV1 && string(plain[:4]) == journalMagicV1:
+		hlen = journalHeaderLenV1
+	default:
 		return j, errors.New("bad journal header")
 	}
 	j.Seq = binary.LittleEndian.Uint64(plain[4:])
 	j.Epoch = binary.LittleEndian.Uint64(plain[12:])
-	count := binary.LittleEndian.Uint32(plain[20:])
-	if count > maxJournalBatches || uint64(count)*4 > uint64(len(plain)-journalHeaderLen) {
+	count := binary.LittleEndian.Uint32(plain[hlen-4:])
+	if count > maxJournalBatches || uint64(count)*4 > uint64(len(plain)-hlen) {
 		return j, fmt.Errorf("journal batch count %d does not fit in %d bytes", count, len(plain))
 	}
-	rest := plain[journalHeaderLen:]
+	rest := plain[hlen:]
 	j.Batches = make([][]byte, 0, count)
 	for i := uint32(0); i < count; i++ {
 		if len(rest) < 4 {

@@ -407,6 +407,13 @@ func (db *DB) applyJournal(j Journal) error {
 	if err != nil {
 		return err
 	}
+	if db.readOnly && !db.pinned && j.Manifest < j.Seq {
+		// A follower's state is now past that manifest: its reader
+		// checkpoint may pin it instead of an older one.
+		db.mu.Lock()
+		db.mu.latestManifest = max(db.mu.latestManifest, j.Manifest)
+		db.mu.Unlock()
+	}
 	return db.setAppliedSeq(j.Seq)
 }
 

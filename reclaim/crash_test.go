@@ -37,7 +37,7 @@ func (v *env) restart() *env {
 func TestCrashAtEveryFailpoint(t *testing.T) {
 	points := []string{
 		"cycle-after-barrier", "cycle-after-scan",
-		"delete-after-verify", "delete-after-object-delete",
+		"delete-after-verify", "delete-after-barrier", "delete-after-object-delete",
 		"repack-after-upload", "repack-mid-repoint", "repack-after-repoint",
 		"sweep-mid", "sweep-before-delete", "sweep-after-delete",
 	}

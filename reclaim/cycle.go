@@ -195,17 +195,64 @@ func (r *Reclaimer) scanCounters() ([]counterEntry, error) {
 	return out, err
 }
 
-// deleteDue verifies and deletes dead segments whose deadline passed,
-// DeleteParallel at a time.
+// deleteDue verifies the dead segments whose deadline passed, makes the
+// state it verified durable with one barrier, and only then deletes them,
+// DeleteParallel at a time in each phase.
 func (r *Reclaimer) deleteDue(ctx context.Context, due []counterEntry, st *CycleStats) error {
 	sort.Slice(due, func(i, j int) bool { return due[i].id < due[j].id })
 	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		errs []error
+		mu        sync.Mutex
+		errs      []error
+		deletable []counterEntry
 	)
+	tally := func(c counterEntry, out deleteOutcome, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch out {
+		case outDeleted:
+			st.Deleted++
+			st.BytesFreed += c.size
+		case outStale:
+			st.StaleDropped++
+		case outRepaired:
+			st.Repaired++
+		case outKept:
+			st.Kept++
+		case outVerified:
+			deletable = append(deletable, c)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	r.eachParallel(ctx, due, func(c counterEntry) {
+		out, err := r.verifyDead(ctx, c)
+		tally(c, out, err)
+	})
+	if len(deletable) == 0 || r.closed() || ctx.Err() != nil {
+		return errors.Join(errs...)
+	}
+	// The check read the current pointers; after this barrier they are
+	// the durable ones as well.
+	if err := r.host.Barrier(ctx); err != nil {
+		st.Kept += len(deletable)
+		return errors.Join(append(errs, fmt.Errorf("reclaim: barrier before deleting %d verified segments: %w", len(deletable), err))...)
+	}
+	failpoint.Hit("delete-after-barrier")
+	sort.Slice(deletable, func(i, j int) bool { return deletable[i].id < deletable[j].id })
+	r.eachParallel(ctx, deletable, func(c counterEntry) {
+		out, err := r.removeDead(ctx, c)
+		tally(c, out, err)
+	})
+	return errors.Join(errs...)
+}
+
+// eachParallel runs f for each entry, DeleteParallel at a time, and stops
+// admitting entries when the Reclaimer closes or ctx ends.
+func (r *Reclaimer) eachParallel(ctx context.Context, list []counterEntry, f func(counterEntry)) {
+	var wg sync.WaitGroup
 	sem := make(chan struct{}, DeleteParallel)
-	for _, c := range due {
+	for _, c := range list {
 		if r.closed() || ctx.Err() != nil {
 			break
 		}
@@ -214,27 +261,10 @@ func (r *Reclaimer) deleteDue(ctx context.Context, due []counterEntry, st *Cycle
 		go func(c counterEntry) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			out, err := r.deleteDead(ctx, c)
-			mu.Lock()
-			defer mu.Unlock()
-			switch out {
-			case outDeleted:
-				st.Deleted++
-				st.BytesFreed += c.size
-			case outStale:
-				st.StaleDropped++
-			case outRepaired:
-				st.Repaired++
-			case outKept:
-				st.Kept++
-			}
-			if err != nil {
-				errs = append(errs, err)
-			}
+			f(c)
 		}(c)
 	}
 	wg.Wait()
-	return errors.Join(errs...)
 }
 
 type deleteOutcome int
@@ -245,11 +275,13 @@ const (
 	outStale
 	outRepaired
 	outKept
+	outVerified // no pointer refers to it: delete after the barrier
 )
 
-// deleteDead deletes one dead segment: directory check, DELETE, and only
-// then the counter. Any doubt keeps the segment (and its deadline).
-func (r *Reclaimer) deleteDead(ctx context.Context, c counterEntry) (deleteOutcome, error) {
+// verifyDead checks one dead segment: footer and directory, then every
+// pointer its frames could have. Any doubt keeps the segment (and its
+// deadline).
+func (r *Reclaimer) verifyDead(ctx context.Context, c counterEntry) (deleteOutcome, error) {
 	seg := fmt.Sprintf("%016x", c.id)
 	size := c.size
 	if size <= 0 {
@@ -297,6 +329,13 @@ func (r *Reclaimer) deleteDead(ctx context.Context, c counterEntry) (deleteOutco
 		r.log.Warn("reclaim: dead segment's counter is negative", "segment", seg, "live", ref.counterLive)
 	}
 	failpoint.Hit("delete-after-verify")
+	return outVerified, nil
+}
+
+// removeDead deletes a verified segment: the DELETE, and only then the
+// counter.
+func (r *Reclaimer) removeDead(ctx context.Context, c counterEntry) (deleteOutcome, error) {
+	seg := fmt.Sprintf("%016x", c.id)
 	if err := r.store.Delete(ctx, segKey(c.id)); err != nil {
 		r.log.Warn("reclaim: delete of a dead segment failed; keeping it for a retry", "segment", seg, "err", err)
 		return outKept, fmt.Errorf("reclaim: segment %s: delete: %w", seg, err)

@@ -3,6 +3,7 @@ package reclaim
 import (
 	"bytes"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -355,6 +356,68 @@ func TestUnderCountRepaired(t *testing.T) {
 	}
 	v.barrier()
 	v.consistent()
+}
+
+// TestUnderCountDeletionWaitsForDurableState: an under-counted segment
+// (live 0, still referenced) gets a deadline; its last references are
+// removed after the deleting cycle's first barrier, in no journal yet.
+// The deletion check then finds no pointer; the cycle must make that state
+// durable before its DELETE, or a crash right after brings the pointers
+// back into a deleted object (the model's undercount-durable-ref run).
+func TestUnderCountDeletionWaitsForDurableState(t *testing.T) {
+	v := newEnv(t)
+	ino := v.writeFile("f", 4)
+	seg := v.segOf(ino, 0)
+	c, _ := v.counter(seg)
+	b := v.e.DB().NewBatch()
+	b.Merge(schema.CounterKey(seg), lsm.CounterDelta(-c.live, 0, 0))
+	if err := v.e.DB().Commit(b); err != nil {
+		t.Fatal(err)
+	}
+	v.mustCycle() // the deadline
+	if _, ok := v.deadline(seg); !ok {
+		t.Fatal("no deadline for the under-counted segment")
+	}
+	v.clk.Advance(MinGrace)
+
+	fresh := make([]byte, 4*segment.ExtentSize)
+	for i := range fresh {
+		fresh[i] = byte(i*7 + 1)
+	}
+	var once sync.Once
+	armFailpoint(t, "cycle-after-deadlines", func(string) {
+		once.Do(func() {
+			// The overwrite is committed (sealed), not journaled.
+			if _, err := v.e.Write(v.ctx, ino, fresh, 0); err != nil {
+				t.Error(err)
+			}
+			if err := v.e.Seal(v.ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	})
+	st := v.mustCycle()
+	if st.Deleted != 1 || v.exists(seg) {
+		t.Fatalf("%+v; want the unreferenced segment deleted", st)
+	}
+
+	// A crash right after the cycle: only the store survives.
+	n := v.restart()
+	if p := n.pointer(ino, 0); p.Segment == seg {
+		t.Fatalf("after the crash extent 0 points into deleted segment %016x", seg)
+	}
+	if got := n.readAll(ino, 4); !bytes.Equal(got, fresh) {
+		t.Fatal("after the crash the file does not hold its overwrite")
+	}
+	// The counter's removal after the DELETE was in no journal either:
+	// the next cycles find its object gone and drop it.
+	n.mustCycle()
+	n.clk.Advance(MinGrace)
+	if st := n.mustCycle(); st.StaleDropped != 1 {
+		t.Fatalf("%+v; want the stale counter dropped", st)
+	}
+	n.barrier()
+	n.durablyConsistent()
 }
 
 func TestReadErrorKeepsSegmentAndDeadline(t *testing.T) {

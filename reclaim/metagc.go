@@ -20,7 +20,10 @@ package reclaim
 //
 // Age is a margin on top of reachability, never a reason on its own. Any
 // doubt (an unreadable checkpoint list or checkpoint manifest, a failed
-// listing, a fenced or read-only DB) makes the pass delete nothing. Names
+// listing, a fenced or read-only DB) makes the pass delete nothing. A pass
+// first removes the records of ephemeral checkpoints expired for longer
+// than their span (checkpoint.Prune): a killed replica's record would
+// otherwise pin its manifest for ever. Names
 // the pass does not recognise are kept. Journal objects belong to the
 // writer's publication path and are not looked at.
 
@@ -322,6 +325,17 @@ func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
 	p.horizon = db.LatestManifest()
 	if p.horizon == 0 {
 		return p, nil // nothing published yet: nothing can be garbage
+	}
+	// A reader that stopped renewing long ago (killed, or gone for good)
+	// would pin its manifest for ever: its record goes once it has been
+	// expired for longer than its span (checkpoint.Prune), after which it
+	// protects nothing. A reader that comes back writes a new one.
+	pruned, err := checkpoint.Prune(ctx, s, now)
+	if len(pruned) > 0 {
+		g.o.Logger.Info("reclaim: metadata gc: removed expired reader checkpoints", "names", pruned)
+	}
+	if err != nil {
+		g.o.Logger.Warn("reclaim: metadata gc: pruning expired checkpoints", "err", err)
 	}
 	keep := map[string]bool{}
 	read := map[uint64]bool{} // manifests whose objects are in keep

@@ -326,6 +326,45 @@ func TestMetaGCDeletesExactlyUnreferenced(t *testing.T) {
 
 var errInjected = errors.New("injected failure")
 
+// TestMetaGCPrunesExpiredReaderRecords: a reader killed long ago leaves
+// an ephemeral record pinning an old manifest. Once it has been expired
+// for longer than its span, a pass removes the record and then the
+// manifest it pinned; a live reader's record, and the manifest it pins,
+// stay.
+func TestMetaGCPrunesExpiredReaderRecords(t *testing.T) {
+	ctx := context.Background()
+	e := newMetaEnv(t, 2)
+	dead, err := checkpoint.Create(ctx, e.s, e.db, "reader-dead", checkpoint.Ephemeral, 3*time.Minute, e.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		e.round()
+	}
+	e.clk.Advance(7 * time.Minute) // expired 4 minutes ago: more than its 3-minute span
+	live, err := checkpoint.Create(ctx, e.s, e.db, "reader-live", checkpoint.Ephemeral, 3*time.Minute, e.clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.round()
+	e.clk.Advance(2 * time.Minute)
+	if _, err := e.gc().RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkpoint.Get(ctx, e.mem, "reader-dead"); !errors.Is(err, checkpoint.ErrNotFound) {
+		t.Fatalf("expired reader record: %v, want it pruned", err)
+	}
+	if _, ok := e.keysUnder(metaManifestPrefix)[fmt.Sprintf("meta/manifest/%016x", dead.ManifestSeq)]; ok {
+		t.Fatal("the manifest only the pruned record pinned is still there")
+	}
+	if _, err := checkpoint.Get(ctx, e.mem, "reader-live"); err != nil {
+		t.Fatalf("live reader record: %v", err)
+	}
+	if _, ok := e.keysUnder(metaManifestPrefix)[fmt.Sprintf("meta/manifest/%016x", live.ManifestSeq)]; !ok {
+		t.Fatal("the live reader's manifest was deleted")
+	}
+}
+
 func TestMetaGCDoubtDeletesNothing(t *testing.T) {
 	ctx := context.Background()
 	e := newMetaEnv(t, 4)

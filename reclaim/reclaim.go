@@ -16,11 +16,14 @@
 //
 // Decisions where DESIGN.md is silent:
 //
-//   - "Current and durable" pointers: every cycle seals and runs the
-//     barrier before it captures the cutoff, and a segment is deleted only
-//     in a cycle after the one that recorded its deadline, so the pointers
-//     the deletion check reads are durable too (no new pointer ever goes
-//     into an existing segment).
+//   - "Current and durable" pointers: the deletion check reads the current
+//     pointers, and the cycle then runs one barrier before its first
+//     DELETE, so the state it checked is the durable state too (no new
+//     pointer ever goes into an existing segment). Without that barrier an
+//     under-counted counter could have a segment deleted whose last
+//     reference was removed after the cycle's first barrier and is in no
+//     journal yet: a crash would bring the pointer back (the model's
+//     undercount-durable-ref run, docs/model).
 //   - The pointer check reads every directory entry's extent and the
 //     segment's counter in one Pebble iterator (a consistent view), so a
 //     counter repair delta stays right under concurrent debits. Any

@@ -70,7 +70,7 @@ func crashCases() []crashCase {
 	// cycle points fire at their third hit, in a cycle with work to do.
 	add(crashCase{setup: setupReclaim, work: workReclaim},
 		"barrier-before-cutoff=3", "cycle-after-barrier=3", "cycle-after-checkpoint-list=3", "cycle-after-scan=3", "cycle-after-deadlines=3",
-		"delete-after-directory-read", "delete-after-verify", "delete-after-object-delete", "delete-after-counter-removed",
+		"delete-after-directory-read", "delete-after-verify", "delete-after-barrier", "delete-after-object-delete", "delete-after-counter-removed",
 		"repack-after-gather", "repack-before-upload", "repack-after-upload",
 		"repack-after-repoint", "repack-after-jobs")
 	// A repoint in several chunks needs one job of more than RepointChunk

@@ -38,8 +38,11 @@ func readerCheckpointName(c *config.Config) string {
 
 // startReaderCheckpoint keeps the reader's ephemeral checkpoint alive, so
 // the writer's reclamation waits for it (its span sets the grace). It
-// returns a stop function; without a published manifest there is nothing
-// to pin and the reader runs without one (logged).
+// returns a stop function. Before the writer has published a manifest
+// there is nothing to pin: the renewer pins the first one the replica
+// learns of (each journal names the newest manifest, lsm.Journal), and
+// moves its record to newer ones as the replica follows, so that a long
+// running replica does not keep an old manifest's tables alive.
 //
 // Span and renewal: the record lives checkpoint.DefaultReaderTTL (3 min)
 // and is renewed every third of that (1 min). A following replica's
@@ -67,7 +70,11 @@ func startReaderCheckpoint(ctx context.Context, c *config.Config, e *fs.Engine, 
 		log.Warn("reader runs without its ephemeral checkpoint; the writer may reclaim segments this reader still reads", "err", err)
 		return func() {}
 	}
-	log.Info("reader checkpoint pinned", "name", r.Record().Name, "manifest", r.Record().ManifestSeq)
+	if seq := r.Record().ManifestSeq; seq != 0 {
+		log.Info("reader checkpoint pinned", "name", readerCheckpointName(c), "manifest", seq)
+	} else {
+		log.Info("no manifest published yet; the reader checkpoint pins the first one this replica learns of", "name", readerCheckpointName(c))
+	}
 	return func() {
 		if err := r.Close(); err != nil {
 			log.Warn("reader checkpoint not removed", "err", err)

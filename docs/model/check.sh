@@ -7,7 +7,7 @@
 #
 #   docs/model/check.sh            everything (about 3 minutes on 2 cores)
 #   MODEL_JOBS=1 docs/model/check.sh
-#   MODEL_ONLY=mutant docs/model/check.sh     only runs whose kind matches
+#   MODEL_ONLY=mutant docs/model/check.sh     only runs whose kind (or name) matches
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -43,12 +43,13 @@ runs=(
 	"main|checkpoint|pass|$CKPT|-DSAFETY||2 files, 4 segment ids, 2 writes/deletes, 1 persistent checkpoint created and deleted"
 	"main|stall|pass|$STALL|-DSAFETY||2 files, 4 segment ids, 2 writes/deletes, 1 crash, 1 journal stall of any length"
 	"main|liveness|pass|$LIVE|-DNFAIR=3|-a -f|2 files, 4 segment ids, 1 write/delete, 1 crash; weak fairness"
+	"main|faults|pass|${CRASH/-DFAULTS=0/-DFAULTS=1}|-DSAFETY||crash configuration + 1 counter under-count"
 	"mutant|counter-before-delete|fail|$CRASH -DMUTANT_COUNTER_BEFORE_DELETE|-DSAFETY||crash configuration"
 	"mutant|repoint-before-upload|fail|$CRASH -DMUTANT_REPOINT_BEFORE_UPLOAD|-DSAFETY||crash configuration"
 	"mutant|drain-same-cycle|fail|$CRASH -DMUTANT_DRAIN_SAME_CYCLE|-DSAFETY||crash configuration"
 	"mutant|cutoff-before-flush|fail|$STALL -DMUTANT_CUTOFF_BEFORE_FLUSH|-DSAFETY||stall configuration"
 	"mutant|no-span-grace|fail|$READER -DMUTANT_NO_SPAN_GRACE|-DSAFETY||reader configuration"
-	"finding|undercount-durable-ref|fail|${CRASH/-DFAULTS=0/-DFAULTS=1}|-DSAFETY||crash configuration + 1 counter under-count"
+	"mutant|delete-before-barrier|fail|${CRASH/-DFAULTS=0/-DFAULTS=1} -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||faults configuration"
 	"finding|replica-pin-race|fail|$READER -DREPLICA_PIN_RACE|-DSAFETY||reader configuration, record written after the first view"
 	"finding|journal-stall-replica|fail|$READER -DSTALLS|-DSAFETY||reader configuration + 1 journal stall"
 	"finding|ephemeral-create-race|fail|$CKPT -DEPHEMERAL_CREATE|-DSAFETY||checkpoint configuration, ephemeral ttl 4 ticks"
@@ -110,7 +111,7 @@ names=()
 i=0
 for r in "${runs[@]}"; do
 	IFS='|' read -r kind name expect defs cflags pflags bounds <<<"$r"
-	if [ -n "$only" ] && [ "$kind" != "$only" ]; then continue; fi
+	if [ -n "$only" ] && [ "$kind" != "$only" ] && [ "$name" != "$only" ]; then continue; fi
 	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
 	run_one "$kind" "$name" "$expect" "$defs" "$cflags" "$pflags" "$bounds" >"$work/result.$i" 2>&1 &
 	pids+=("$!")

@@ -16,6 +16,7 @@
  *   MUTANT_DRAIN_SAME_CYCLE       a drained repack source is deleted in the same cycle
  *   MUTANT_CUTOFF_BEFORE_FLUSH    cutoff and counter scan taken before seal + barrier
  *   MUTANT_NO_SPAN_GRACE          deadline = floor only, without the checkpoint span
+ *   MUTANT_DELETE_BEFORE_BARRIER  no barrier between the deletion check and the DELETE
  *   STALLS                        the journal PUT may stall (store PUT outage)
  *   NOREPLICA                     no replica, no in-flight reads, no reader record
  *   EPHEMERAL_CREATE              the admin creates an ephemeral checkpoint (ttl CSPAN)
@@ -387,8 +388,21 @@ proctype Reclaimer(byte w)
 			CL(w,cs[w]) = REFS(w,cs[w]); DL(w,cs[w]) = NODL; pend[w] = 1;
 			dph[w] = 0; cs[w]++
 		:: CH(w,cs[w]) && REFS(w,cs[w]) == 0 && CL(w,cs[w]) > 0 -> dph[w] = 0; cs[w]++
+		:: else -> dph[w] = 2
+		fi }
+#ifndef MUTANT_DELETE_BEFORE_BARRIER
+	/* [D2b] barrier between the check and the DELETE: the checked
+	   (current) state becomes the durable one; a fenced writer deletes
+	   nothing */
+	:: atomic { dph[w] == 2 && (!pend[w] || !stall || fenced[w]) ->
+		if :: pend[w] && !fenced[w] -> journal(w) :: else fi;
+		if
+		:: fenced[w] -> dph[w] = 0; cs[w]++
 		:: else -> dph[w] = 3
 		fi }
+#else
+	:: atomic { dph[w] == 2 -> dph[w] = 3 }
+#endif
 #ifndef MUTANT_COUNTER_BEFORE_DELETE
 	/* [D3] DELETE the object */
 	:: atomic { dph[w] == 3 -> do_delete(cs[w]); dph[w] = 4 }
