@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/fileutil"
@@ -28,15 +29,34 @@ import (
 // needs no checksums and no fsync: a torn or damaged file fails its size
 // check or authentication, is dropped, and the frame is fetched again.
 // Files whose names the cache does not recognise are left alone.
+//
+// Besides its own bound the cache watches the free space of the
+// filesystem it lives on (statfs): it keeps at least reserve bytes free
+// there (diskReserve: a tenth of the filesystem, between 16 MiB and
+// 1 GiB), evicting its least recently used frames, and caches nothing
+// new while it cannot. It checks before every frame it writes and every
+// diskWatchEvery, so a disk that something else fills gets the cache's
+// space back (the metadata in the same directory needs it more). A write
+// that fails (ENOSPC, EIO) costs a future miss; it is logged when the
+// failures start and when they end, not for every frame.
 type diskCache struct {
 	dir string
 	log *slog.Logger
 
-	mu   sync.Mutex
-	max  int64
-	used int64
-	lru  *list.List // front = most recent; values *diskEntry
-	m    map[uint64]map[uint32]*list.Element
+	mu sync.Mutex
+	// statfs reports the filesystem's total size and the bytes free for
+	// use; writeFile stores one frame file; readFile reads one. Tests
+	// replace them (under mu) to fake a full or failing disk.
+	statfs    func(dir string) (total, avail int64, err error)
+	writeFile func(path string, b []byte) error
+	readFile  func(path string) ([]byte, error)
+
+	max     int64
+	used    int64
+	reserve int64      // bytes kept free on the filesystem; 0 until known
+	failing bool       // writes are failing; logged once
+	lru     *list.List // front = most recent; values *diskEntry
+	m       map[uint64]map[uint32]*list.Element
 
 	// Writes happen on one background goroutine so that reads never wait
 	// for file creation; when the queue is full a frame is simply not
@@ -64,12 +84,39 @@ type diskEntry struct {
 
 const diskTmpPrefix = ".tmp-"
 
+// diskWatchEvery is how often the cache checks its filesystem's free
+// space when it writes nothing.
+const diskWatchEvery = time.Second
+
+// diskReserve is the free space the cache leaves on a filesystem of total
+// bytes.
+func diskReserve(total int64) int64 {
+	return min(max(total/10, 16<<20), 1<<30)
+}
+
+// diskBlock is the allocation unit a frame file is charged when space is
+// freed: its length rounded up to 4 KiB.
+func diskBlock(n uint32) int64 { return (int64(n) + 4095) &^ 4095 }
+
+func statfsDir(dir string) (total, avail int64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
+}
+
+func writeFrameFile(path string, b []byte) error {
+	return fileutil.WriteAtomic(path, b, fileutil.Options{TempPrefix: diskTmpPrefix, MkdirAll: true})
+}
+
 func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), m: map[uint64]map[uint32]*list.Element{},
-		q: make(chan diskPut, diskQueue), done: make(chan struct{})}
+		q: make(chan diskPut, diskQueue), done: make(chan struct{}),
+		statfs: statfsDir, writeFile: writeFrameFile, readFile: os.ReadFile}
 	type found struct {
 		e   diskEntry
 		mod time.Time
@@ -119,19 +166,92 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	c.mu.Lock()
 	c.evictLocked(0)
 	c.mu.Unlock()
+	c.watch()
 	go c.writer()
 	return c, nil
 }
 
 func (c *diskCache) writer() {
 	defer close(c.done)
-	for it := range c.q {
-		if it.ack != nil {
-			close(it.ack)
-			continue
+	tick := time.NewTicker(diskWatchEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case it, ok := <-c.q:
+			if !ok {
+				return
+			}
+			if it.ack != nil {
+				close(it.ack)
+				continue
+			}
+			c.putSync(it.p, it.frame)
+		case <-tick.C:
+			c.watch()
 		}
-		c.putSync(it.p, it.frame)
 	}
+}
+
+// watch gives space back when the filesystem has less than the reserve
+// free.
+func (c *diskCache) watch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.roomLocked(0, true)
+}
+
+// roomLocked evicts until n more bytes fit on the filesystem with the
+// reserve left free, and reports whether they do; report logs what it
+// evicted (a cache that stays at the reserve while it fills evicts a
+// frame per frame written, which is not news). When statfs fails the
+// cache goes on by its own bound only.
+func (c *diskCache) roomLocked(n int64, report bool) bool {
+	total, avail, err := c.statfs(c.dir)
+	if err != nil {
+		return true
+	}
+	c.reserve = diskReserve(total)
+	short := c.reserve + n - avail
+	if short <= 0 {
+		return true
+	}
+	freed := int64(0)
+	evicted := 0
+	for freed < short && c.lru.Len() > 0 {
+		el := c.lru.Back()
+		freed += diskBlock(el.Value.(*diskEntry).length)
+		c.removeLocked(el)
+		evicted++
+	}
+	if evicted > 0 && report {
+		c.log.Info("segment cache: its filesystem is low on space; evicted frames", "dir", c.dir,
+			"free", avail, "reserve", c.reserve, "evicted", evicted, "freed", freed, "left", c.used)
+	}
+	return freed >= short
+}
+
+// shrink evicts least recently used frames until at least n bytes are
+// freed or the cache is empty, and returns the bytes freed.
+func (c *diskCache) shrink(n int64) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var freed int64
+	for freed < n && c.lru.Len() > 0 {
+		el := c.lru.Back()
+		freed += diskBlock(el.Value.(*diskEntry).length)
+		c.removeLocked(el)
+	}
+	return freed
+}
+
+// ShrinkDiskCache evicts at least n bytes of the disk cache, least
+// recently used first (fewer if it holds less), and returns the bytes
+// freed: for a caller that needs space on the cache's filesystem.
+func (r *Reader) ShrinkDiskCache(n int64) int64 {
+	if r.disk == nil || n <= 0 {
+		return 0
+	}
+	return r.disk.shrink(n)
 }
 
 // sync waits until every queued frame is written (tests).
@@ -238,11 +358,12 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 	if ok {
 		c.lru.MoveToFront(el)
 	}
+	read := c.readFile
 	c.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
-	b, err := os.ReadFile(c.path(e))
+	b, err := read(c.path(e))
 	if err != nil {
 		c.drop(p, "unreadable: "+err.Error())
 		return nil, false
@@ -290,14 +411,31 @@ func (c *diskCache) putSync(p Pointer, frame []byte) {
 		c.mu.Unlock()
 		return
 	}
-	c.mu.Unlock()
-	path := c.path(e)
-	if err := fileutil.WriteAtomic(path, frame, fileutil.Options{TempPrefix: diskTmpPrefix, MkdirAll: true}); err != nil {
-		c.log.Warn("segment cache: write failed", "file", path, "err", err)
+	c.evictLocked(int64(len(frame)))
+	if !c.roomLocked(diskBlock(e.length), false) {
+		c.mu.Unlock()
 		return
 	}
+	write := c.writeFile
+	c.mu.Unlock()
+	path := c.path(e)
+	err := write(path, frame)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err != nil {
+		if !c.failing {
+			c.failing = true
+			c.log.Warn("segment cache: cannot write frames; reads go to the store until it can (logged once)", "file", path, "err", err)
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			c.roomLocked(diskBlock(e.length), true)
+		}
+		return
+	}
+	if c.failing {
+		c.failing = false
+		c.log.Info("segment cache: writing frames again", "dir", c.dir)
+	}
 	if _, ok := c.m[e.seg][e.off]; ok {
 		return
 	}

@@ -1,0 +1,166 @@
+package segment
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// fakeDisk is a filesystem of total bytes whose free space is what the
+// frame files in the cache leave of room (set by the test).
+type fakeDisk struct {
+	total int64
+	room  int64 // free space with the cache empty
+	c     *diskCache
+}
+
+// statfs is called with c.mu held.
+func (d *fakeDisk) statfs(string) (int64, int64, error) {
+	var used int64
+	for el := d.c.lru.Front(); el != nil; el = el.Next() {
+		used += diskBlock(el.Value.(*diskEntry).length)
+	}
+	return d.total, d.room - used, nil
+}
+
+func setDisk(r *Reader, f func(c *diskCache)) {
+	r.disk.mu.Lock()
+	defer r.disk.mu.Unlock()
+	f(r.disk)
+}
+
+// TestDiskCacheKeepsFilesystemReserve: with a disk_size far above what the
+// filesystem has, the cache stops at the filesystem's reserve; when
+// something else takes the free space it evicts (the watcher, without a
+// read), and reads go on from the store.
+func TestDiskCacheKeepsFilesystemReserve(t *testing.T) {
+	f := newFixture(t, 10)
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 40})
+	var frame int64 // the largest frame's blocks
+	for _, p := range f.ps {
+		frame = max(frame, diskBlock(p.Length))
+	}
+	d := &fakeDisk{total: 100 << 20, c: r.disk}
+	reserve := diskReserve(d.total)
+	if reserve != 16<<20 || diskReserve(1<<40) != 1<<30 || diskReserve(1<<30) != (1<<30)/10 {
+		t.Fatalf("reserves: %d, %d, %d", reserve, diskReserve(1<<40), diskReserve(1<<30))
+	}
+	free := func() int64 {
+		r.disk.mu.Lock()
+		defer r.disk.mu.Unlock()
+		_, avail, _ := d.statfs("")
+		return avail
+	}
+	d.room = reserve + 4*frame + frame/2 // room for at least 4 frames above the reserve
+	setDisk(r, func(c *diskCache) { c.statfs = d.statfs })
+	f.readAll(t, r, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
+	if fr := free(); fr < reserve {
+		t.Fatalf("the cache left %d bytes free, below the reserve %d", fr, reserve)
+	}
+	f.cs.reset()
+	f.readAll(t, r, 9, 8, 7, 6)
+	if g := f.cs.count("getrange"); g != 0 {
+		t.Fatalf("the 4 most recent frames cost %d GETs", g)
+	}
+
+	// Something else takes the free space: room for one frame is left.
+	setDisk(r, func(c *diskCache) { d.room = reserve + frame })
+	r.disk.watch()
+	if st := r.Stats(); st.DiskEntries < 1 || free() < reserve {
+		t.Fatalf("after the disk filled: %+v, %d free (reserve %d)", st, free(), reserve)
+	}
+	// Below the reserve: the cache empties itself.
+	setDisk(r, func(c *diskCache) { d.room = reserve / 2 })
+	r.disk.watch()
+	if st := r.Stats(); st.DiskEntries != 0 || st.DiskBytes != 0 {
+		t.Fatalf("below the reserve the cache still holds %+v", st)
+	}
+	f.cs.reset()
+	f.readAll(t, r, 0, 1, 2)
+	if st := r.Stats(); st.DiskEntries != 0 {
+		t.Fatalf("cached %d frames with no room", st.DiskEntries)
+	}
+	if g := f.cs.count("getrange"); g != 3 {
+		t.Fatalf("%d GETs for 3 reads with no disk cache room", g)
+	}
+
+	// Space returns: caching resumes.
+	setDisk(r, func(c *diskCache) { d.room = reserve + 10*frame })
+	f.readAll(t, r, 3, 4)
+	if st := r.Stats(); st.DiskEntries != 2 {
+		t.Fatalf("after space returned the cache holds %d frames, want 2", st.DiskEntries)
+	}
+	if freed := r.ShrinkDiskCache(1); freed <= 0 || freed > frame {
+		t.Fatalf("ShrinkDiskCache(1) freed %d, want one frame", freed)
+	}
+	if st := r.Stats(); st.DiskEntries != 1 {
+		t.Fatalf("after a shrink of one frame: %d entries", st.DiskEntries)
+	}
+}
+
+// syncLog is a goroutine-safe log buffer.
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestDiskCacheEIO: a cache disk that fails every read and write (EIO)
+// costs store requests, never a failed or wrong read; the failing writes
+// are logged once, and their end once.
+func TestDiskCacheEIO(t *testing.T) {
+	f := newFixture(t, 6)
+	var logs syncLog
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	f.readAll(t, r, 0, 1)
+	if st := r.Stats(); st.DiskEntries != 2 {
+		t.Fatalf("%d entries", st.DiskEntries)
+	}
+	eio := func(string) ([]byte, error) { return nil, syscall.EIO }
+	eioW := func(string, []byte) error { return syscall.EIO }
+	setDisk(r, func(c *diskCache) { c.readFile, c.writeFile = eio, eioW })
+
+	// Cached frames that cannot be read are fetched again and dropped.
+	f.cs.reset()
+	f.readAll(t, r, 0, 1)
+	if g := f.cs.count("getrange"); g != 2 {
+		t.Fatalf("%d GETs for 2 frames the disk could not read", g)
+	}
+	if st := r.Stats(); st.DiskEntries != 0 {
+		t.Fatalf("unreadable entries kept: %+v", st)
+	}
+	// New frames cannot be written: nothing cached, reads fine.
+	f.readAll(t, r, 2, 3, 4)
+	if st := r.Stats(); st.DiskEntries != 0 {
+		t.Fatalf("entries cached through a failing write: %+v", st)
+	}
+	if n := strings.Count(logs.String(), "cannot write frames"); n != 1 {
+		t.Fatalf("failing writes logged %d times, want once:\n%s", n, logs.String())
+	}
+	// The disk recovers.
+	setDisk(r, func(c *diskCache) { c.readFile, c.writeFile = os.ReadFile, writeFrameFile })
+	f.readAll(t, r, 5)
+	f.cs.reset()
+	f.readAll(t, r, 5)
+	if st := r.Stats(); st.DiskEntries != 1 || st.DiskHits != 1 || f.cs.count("getrange") != 0 {
+		t.Fatalf("after recovery: %+v, %d GETs", st, f.cs.count("getrange"))
+	}
+	if !strings.Contains(logs.String(), "writing frames again") {
+		t.Fatalf("recovery not logged:\n%s", logs.String())
+	}
+}
