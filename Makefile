@@ -24,7 +24,7 @@ RUN_CONFIG  := $(RUN_DIR)/ebbfs.toml
 RUN_NBD     ?= 127.0.0.1:10809
 RUN_ADMIN   ?= 127.0.0.1:10810
 
-.PHONY: all build run test lint bench install uninstall clean deps model
+.PHONY: all build run test lint bench install uninstall clean deps model soak
 
 all: build
 
@@ -118,6 +118,16 @@ uninstall:
 # request count (make test runs 30 s of it).
 soak-replica: deps
 	EBBFS_SOAK_REPLICA=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 40m -v -run 'TestReplicaChurn|TestReplicaOnAnotherHostIdleRequests' ./tests
+
+# make soak: the chaos soak (TestSoak) for SOAK_DURATION (default 1h):
+# files and an NBD export changed at random with fsync/FLUSH, reclamation
+# running, the S3 server stalled and failing requests, the writer killed
+# every 2 minutes and restarted; make test runs 3 minutes of it. The seed
+# is logged; EBBFS_E2E_SEED=N repeats its random choices (not its timing).
+SOAK_DURATION ?= 1h
+SOAK_TIMEOUT  ?= 3h
+soak: deps
+	EBBFS_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -tags $(TEST_TAGS) -count=1 -timeout $(SOAK_TIMEOUT) -v -run 'TestSoak$$' ./tests
 
 # make screenshots: regenerate docs/monitor.png and docs/webpage.png from
 # the monitor and status page tests (needs what make test needs).
