@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -76,5 +77,41 @@ func TestTimedHealthIgnoresCancelled(t *testing.T) {
 	}
 	if s, _ := tm.Health(); !s.IsZero() {
 		t.Fatal("a request the caller cancelled made the store look unreachable")
+	}
+}
+
+// TestTimedHealthStall: a store that answers nothing (a stopped server, a
+// dropped link) is unreachable once a request has waited stallAfter with
+// no answer to any request meanwhile; an answer to another request (a
+// slow store, not a dead one) or to the waiting one ends that.
+func TestTimedHealthStall(t *testing.T) {
+	f := NewFaulty(NewMem())
+	tm := NewTimed(f)
+	tm.stallAfter = 50 * time.Millisecond
+	f.AddRule(Rule{Ops: []Op{OpGet}, Stall: true, Count: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _, _ = tm.Get(ctx, "k") }()
+	deadline := time.Now().Add(10 * time.Second)
+	var since time.Time
+	var last string
+	for since.IsZero() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		since, last = tm.Health()
+	}
+	if since.IsZero() || !strings.Contains(last, "no answer to a get request") {
+		t.Fatalf("a stalled request did not make the store unreachable: %v %q", since, last)
+	}
+	if _, err := tm.Head(context.Background(), "missing"); !IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if s, l := tm.Health(); !s.IsZero() {
+		t.Fatalf("an answer to another request left the store unreachable: %v %q", s, l)
+	}
+	cancel()
+	<-done
+	time.Sleep(60 * time.Millisecond)
+	if s, l := tm.Health(); !s.IsZero() {
+		t.Fatalf("no request in flight, yet unreachable: %v %q", s, l)
 	}
 }

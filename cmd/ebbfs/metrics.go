@@ -53,7 +53,7 @@ func newCollector(p *process) *collector {
 	c.storeRequests = d("ebbfs_store_requests_total", "Object-store requests sent by this process, by operation and key space.", "op", "space")
 	c.storeBytes = d("ebbfs_store_bytes_total", "Object-store payload bytes, by direction (up: PUT bodies, down: GET results).", "direction")
 	c.storeDuration = d("ebbfs_store_request_duration_seconds", "Object-store request latency, by operation.", "op")
-	c.storeUnreachable = d("ebbfs_store_unreachable_seconds", "How long every object-store request has been failing (0 while the store answers).")
+	c.storeUnreachable = d("ebbfs_store_unreachable_seconds", "How long every object-store request has been failing, or none has been answered while one waits 15 s or more (0 while the store answers).")
 	c.storeErrors = d("ebbfs_store_request_errors_total", "Object-store requests that failed (not-found and lost conditional PUTs are answers, not failures), by operation.", "op")
 
 	c.segments = d("ebbfs_segments", "Segments by state: live (holds live data), fragmented (live, with dead frames), dead (no live data), awaiting_delete (dead, deadline recorded), pinned (held by a persistent checkpoint).", "state")
