@@ -18,12 +18,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // S3 defaults.
@@ -258,6 +260,28 @@ func (s *S3) mapErr(op, key string, err error) error {
 // noSDKRetry makes one request a single attempt; S3's own loop retries it.
 func noSDKRetry(o *s3.Options) { o.RetryMaxAttempts = 1 }
 
+// unsignedPayloadMin is the body size from which uploads are sent with an
+// unsigned payload.
+const unsignedPayloadMin = 64 << 10
+
+// unsignedPayload sends a request's body unsigned ("UNSIGNED-PAYLOAD" in
+// the SigV4 signature) with its CRC32 checksum in a header: over plain
+// HTTP the SDK otherwise hashes every uploaded byte with SHA-256 to sign
+// it (a fifth of the writer's CPU). Over HTTPS the SDK already streams
+// unsigned with a checksum trailer, and this changes nothing. What ebbfs
+// uploads in bodies this large is sealed (frames, directories, metadata):
+// the AEAD detects tampering on read, the CRC32 (checked by the server)
+// corruption in transit; the signature still covers the headers, so the
+// key, the conditions and the checksum cannot be altered.
+func unsignedPayload(o *s3.Options) {
+	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+		return st.Build.Add(middleware.BuildMiddlewareFunc("ebbfsUnsignedPayload",
+			func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
+				return next.HandleBuild(v4.SetPayloadHash(ctx, "UNSIGNED-PAYLOAD"), in)
+			}), middleware.After)
+	})
+}
+
 // Put implements Store. Objects larger than PartSize are uploaded in parts.
 //
 // Conditional Puts send If-None-Match: * (IfAbsent) or If-Match (IfMatch),
@@ -299,6 +323,9 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 		if !sdkRetry {
 			optFns = append(optFns, noSDKRetry)
 		}
+		if len(data) >= unsignedPayloadMin {
+			optFns = append(optFns, unsignedPayload)
+		}
 		out, err := s.cli.PutObject(ctx, in, optFns...)
 		if err != nil {
 			return "", err
@@ -312,12 +339,15 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 		}
 		return etag, nil
 	}
-	return s.conditionally(ctx, key, opts, etagOf(data), send)
+	return s.conditionally(ctx, key, opts, func() string { return etagOf(data) }, send)
 }
 
 // conditionally runs a conditional write with S3's own retry loop (see Put).
-// want is the ETag the write produces.
-func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, want string,
+// want returns the ETag the write produces; it is called only to resolve a
+// 412 after an attempt whose outcome is unknown (hashing every payload to
+// predict an ETag that the response carries anyway cost a third of the
+// writer's CPU).
+func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, want func() string,
 	send func(ctx context.Context, sdkRetry bool) (string, error)) (string, error) {
 	ambiguous := false // an earlier attempt may have landed
 	var lastErr error
@@ -332,7 +362,7 @@ func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, wan
 		// finds its upload gone.
 		code, _ := errCode(err)
 		if ambiguous && (lost || code == "NoSuchUpload") {
-			if info, herr := s.Head(ctx, key); herr == nil && info.ETag == want {
+			if info, herr := s.Head(ctx, key); herr == nil && info.ETag == want() {
 				return info.ETag, nil
 			}
 		}
@@ -388,7 +418,6 @@ func (s *S3) putMultipart(ctx context.Context, key string, data []byte, opts Put
 
 	n := int((int64(len(data)) + s.partSize - 1) / s.partSize)
 	parts := make([]types.CompletedPart, n)
-	sums := make([][md5.Size]byte, n)
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -405,7 +434,6 @@ func (s *S3) putMultipart(ctx context.Context, key string, data []byte, opts Put
 				lo := int64(i) * s.partSize
 				hi := min(lo+s.partSize, int64(len(data)))
 				body := data[lo:hi]
-				sums[i] = md5.Sum(body)
 				out, err := s.cli.UploadPart(pctx, &s3.UploadPartInput{
 					Bucket:            aws.String(s.bucket),
 					Key:               aws.String(full),
@@ -414,7 +442,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, data []byte, opts Put
 					Body:              bytes.NewReader(body),
 					ContentLength:     aws.Int64(hi - lo),
 					ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
-				})
+				}, unsignedPayload)
 				if err != nil {
 					errOnce.Do(func() { partErr = err; cancel() })
 					continue
@@ -444,12 +472,16 @@ feed:
 		return "", fmt.Errorf("put %s: %w", key, err)
 	}
 
-	// The multipart ETag: md5 of the parts' binary md5s, "-", part count.
-	h := md5.New()
-	for _, sum := range sums {
-		h.Write(sum[:])
+	// The multipart ETag, needed only after a lost response: md5 of the
+	// parts' binary md5s, "-", part count.
+	want := func() string {
+		h := md5.New()
+		for i := range n {
+			sum := md5.Sum(data[int64(i)*s.partSize : min(int64(i+1)*s.partSize, int64(len(data)))])
+			h.Write(sum[:])
+		}
+		return fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), n)
 	}
-	want := fmt.Sprintf("%s-%d", hex.EncodeToString(h.Sum(nil)), n)
 
 	send := func(ctx context.Context, sdkRetry bool) (string, error) {
 		in := &s3.CompleteMultipartUploadInput{
