@@ -54,11 +54,12 @@ type ebbfsLayout struct {
 	bin, config, store, cache, mnt, password, log string
 }
 
-// setupEbbfs writes a config for a local-directory store and runs
-// ebbfs init. NBD and the admin TCP listener are off, so that the run
-// cannot collide with another ebbfs on the machine; the admin unix socket
-// stays in the cache directory.
-func setupEbbfs(bin, dir string) (*ebbfsLayout, error) {
+// setupEbbfs writes a config and runs ebbfs init. storage is the
+// [storage] section's body; "" means a local-directory store under dir.
+// NBD and the admin TCP listener are off, so that the run cannot collide
+// with another ebbfs on the machine; the admin unix socket stays in the
+// cache directory.
+func setupEbbfs(bin, dir, storage string) (*ebbfsLayout, error) {
 	l := &ebbfsLayout{
 		bin:      bin,
 		config:   filepath.Join(dir, "ebbfs.toml"),
@@ -80,10 +81,13 @@ func setupEbbfs(bin, dir string) (*ebbfsLayout, error) {
 	if err := os.WriteFile(l.password, []byte(base64.StdEncoding.EncodeToString(pw)+"\n"), 0o600); err != nil {
 		return nil, err
 	}
+	if storage == "" {
+		storage = fmt.Sprintf("url = %q\n", "file://"+l.store)
+	}
 	cfg := strings.Join([]string{
 		"# Written by bench/mountbench.",
 		"[storage]",
-		fmt.Sprintf("url = %q", "file://"+l.store),
+		strings.TrimRight(storage, "\n"),
 		"",
 		"[encryption]",
 		fmt.Sprintf("password_file = %q", l.password),

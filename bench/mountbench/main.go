@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,6 +28,14 @@ type options struct {
 	rounds    int
 	// kernelPassthrough lets the loopback use FUSE passthrough.
 	kernelPassthrough bool
+	// s3 adds the ebbfs-s3 target: ebbfs on the S3 test server.
+	s3 bool
+	// groups selects workload groups (write, read, rand, small).
+	groups map[string]bool
+	// cpuProfile, if set, is a directory for CPU profiles of the ebbfs
+	// targets during the sequential write and the cold read.
+	cpuProfile     string
+	profileSeconds int
 }
 
 func main() {
@@ -42,6 +51,10 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 1, "repeat every workload this many times (rotating the target order) and report the median")
 	flag.StringVar(&o.ebbfsBin, "ebbfs", "", "use this ebbfs binary instead of building ./cmd/ebbfs")
 	flag.BoolVar(&o.kernelPassthrough, "kernel-passthrough", false, "let the go-fuse loopback use FUSE passthrough (the kernel then reads and writes the backing files itself)")
+	flag.BoolVar(&o.s3, "s3", true, "also run ebbfs on the S3 test server (versitygw, posix backend on the same disk) as target ebbfs-s3")
+	groups := flag.String("groups", "write,read,rand,small", "workload groups to run, comma-separated: write, read, rand, small (read and rand read what write wrote)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of the ebbfs targets during the sequential write and the cold read into this directory")
+	flag.IntVar(&o.profileSeconds, "profile-seconds", 8, "length of each -cpuprofile profile")
 	serve := flag.Bool("serve-loopback", false, "internal: serve a go-fuse loopback of -src at -mnt")
 	src := flag.String("src", "", "internal: with -serve-loopback, the directory to pass through")
 	mnt := flag.String("mnt", "", "internal: with -serve-loopback, the mountpoint")
@@ -64,6 +77,20 @@ func main() {
 		return
 	}
 	o.size = int64(size)
+	o.groups = map[string]bool{}
+	for _, g := range strings.Split(*groups, ",") {
+		switch g = strings.TrimSpace(g); g {
+		case "write", "read", "rand", "small":
+			o.groups[g] = true
+		default:
+			fmt.Fprintf(os.Stderr, "mountbench: unknown group %q in -groups\n", g)
+			os.Exit(2)
+		}
+	}
+	if (o.groups["read"] || o.groups["rand"]) && !o.groups["write"] {
+		fmt.Fprintln(os.Stderr, "mountbench: the read and rand groups read the file the write group writes")
+		os.Exit(2)
+	}
 	if o.size < blockSize || o.size%blockSize != 0 || o.files < 1 || o.randReads < 1 || o.rounds < 1 {
 		fmt.Fprintln(os.Stderr, "mountbench: -size must be a positive multiple of 1MiB; -files, -randreads and -rounds positive")
 		os.Exit(2)
@@ -88,6 +115,7 @@ func cleanup() {
 	finish.once.Do(func() {
 		killHelpers()
 		killAll()
+		stopS3()
 		if finish.work == "" {
 			return
 		}
@@ -229,7 +257,7 @@ func (b *bench) main() error {
 			return err
 		}
 	}
-	l, err := setupEbbfs(bin, filepath.Join(b.work, "ebbfs"))
+	l, err := setupEbbfs(bin, filepath.Join(b.work, "ebbfs"), "")
 	if err != nil {
 		return err
 	}
@@ -238,6 +266,22 @@ func (b *bench) main() error {
 		return err
 	}
 	b.targets = append(b.targets, &target{name: "ebbfs", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache})
+
+	if b.o.s3 {
+		storage, err := startS3(filepath.Join(b.work, "s3"))
+		if err != nil {
+			return err
+		}
+		l, err := setupEbbfs(bin, filepath.Join(b.work, "ebbfs-s3"), storage)
+		if err != nil {
+			return err
+		}
+		eb, err := startEbbfs(l)
+		if err != nil {
+			return err
+		}
+		b.targets = append(b.targets, &target{name: "ebbfs-s3", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache})
+	}
 
 	b.runGroups()
 
@@ -260,6 +304,7 @@ func (b *bench) main() error {
 			stopErrs = append(stopErrs, t.stopE)
 		}
 	}
+	stopS3() // after ebbfs-s3's final barrier
 	b.loads = append(b.loads, loadAvg())
 	b.report(os.Stdout)
 	if n := b.failures(); n > 0 {
@@ -298,10 +343,24 @@ func (b *bench) measureTry(key string, t *target, f func() (float64, error), ret
 			io0 = &ioCounters{rd, wr}
 		}
 	}
+	var profWait func() error
+	prof := ""
+	if b.o.cpuProfile != "" && t.sock != "" && (key == "seqwrite" || key == "coldread") {
+		prof = filepath.Join(b.o.cpuProfile, fmt.Sprintf("%s-%s-r%d.pprof", t.name, key, len(b.all[key][t.name])+1))
+		profWait = profileCPU(t.sock, prof, b.o.profileSeconds)
+		time.Sleep(100 * time.Millisecond) // let the profile start
+	}
 	drops0 := cacheDrops()
 	start := time.Now()
 	n, err := f()
 	r := result{n: n, wall: time.Since(start), cpu: -1, err: err, tries: 1}
+	if profWait != nil {
+		if perr := profWait(); perr != nil {
+			fmt.Fprintf(os.Stderr, "mountbench: CPU profile of %s %s: %v\n", t.name, key, perr)
+		} else {
+			fmt.Fprintf(os.Stderr, "mountbench: CPU profile of %s %s (first %ds): %s\n", t.name, key, b.o.profileSeconds, prof)
+		}
+	}
 	if d := cacheDrops(); drops0 >= 0 && d >= 0 {
 		r.drops = d - drops0
 	}
@@ -352,14 +411,25 @@ func (b *bench) measureTry(key string, t *target, f func() (float64, error), ret
 // then warm reads) stays within one target's turn, since dropping caches
 // is global.
 func (b *bench) runGroups() {
-	groups := []struct {
+	var groups []struct {
 		name string
 		f    func(*target)
+	}
+	for _, g := range []struct {
+		flag, name string
+		f          func(*target)
 	}{
-		{"sequential write", b.writeGroup},
-		{"sequential reads", b.readGroup},
-		{"random reads", b.randGroup},
-		{"small files", b.smallGroup},
+		{"write", "sequential write", b.writeGroup},
+		{"read", "sequential reads", b.readGroup},
+		{"rand", "random reads", b.randGroup},
+		{"small", "small files", b.smallGroup},
+	} {
+		if b.o.groups[g.flag] {
+			groups = append(groups, struct {
+				name string
+				f    func(*target)
+			}{g.name, g.f})
+		}
 	}
 	for round := 0; round < b.o.rounds; round++ {
 		// Each round starts with another target, so that none always

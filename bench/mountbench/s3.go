@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"ebbfs.dev/ebbfs/internal/s3test"
+)
+
+// The S3 test server (versitygw, posix backend on the benchmark's disk)
+// that the ebbfs-s3 target stores into; nil without -s3.
+var s3srv struct {
+	sync.Mutex
+	s *s3test.Server
+}
+
+// startS3 launches versitygw under dir and returns the [storage] section
+// for an ebbfs on it. Its credentials go into this process's environment,
+// which ebbfs init and ebbfs run inherit.
+func startS3(dir string) (string, error) {
+	s3srv.Lock()
+	defer s3srv.Unlock()
+	srv, err := s3test.Launch(dir)
+	if err != nil {
+		return "", fmt.Errorf("S3 test server: %w (%s; -s3=false runs without it)", err, s3test.InstallHint)
+	}
+	s3srv.s = srv
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		if err := os.Setenv(k, v); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("url = %q\nendpoint = %q\nregion = %q\n", srv.URL("bench"), srv.Endpoint, srv.Region), nil
+}
+
+// stopS3 stops the S3 test server, if one runs.
+func stopS3() {
+	s3srv.Lock()
+	defer s3srv.Unlock()
+	if s3srv.s != nil {
+		if err := s3srv.s.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "mountbench: stopping the S3 test server: %v\n", err)
+		}
+		s3srv.s = nil
+	}
+}
+
+// profileCPU fetches a CPU profile of seconds from ebbfs's admin socket
+// into path, in the background; wait blocks until it is written.
+func profileCPU(sock, path string, seconds int) (wait func() error) {
+	done := make(chan error, 1)
+	go func() {
+		tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
+		defer tr.CloseIdleConnections()
+		cl := &http.Client{Transport: tr, Timeout: time.Duration(seconds+30) * time.Second}
+		resp, err := cl.Get(fmt.Sprintf("http://ebbfs/debug/pprof/profile?seconds=%d", seconds))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done <- fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+			return
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			done <- err
+			return
+		}
+		f, err := os.Create(path)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		done <- err
+	}()
+	return func() error { return <-done }
+}
