@@ -4,9 +4,20 @@ import (
 	"context"
 	"sync"
 
+	"ebbfs.dev/ebbfs/internal/retry"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
+
+// storeRead runs op, a read of frames from the store, and waits out store
+// outages: data that no cache holds is read when the store answers again
+// (as fsync waits for it), instead of failing the application with EIO.
+// Only the caller giving up (an interrupted request, shutdown) or an error
+// that is not an outage ends it early.
+func (e *Engine) storeRead(ctx context.Context, what string, op func() error) error {
+	return retry.Do(ctx, retry.Policy{Clock: e.clk, Logger: e.log,
+		Permanent: func(err error) bool { return !objstore.IsUnavailable(err) }}, what, op)
+}
 
 // readCommitted reads an extent from its segment; nil means a hole.
 func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, error) {
@@ -14,7 +25,12 @@ func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, er
 	if err != nil || !ok {
 		return nil, err
 	}
-	return e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
+	var b []byte
+	err = e.storeRead(ctx, "read "+segment.Key(p.Segment), func() (err error) {
+		b, err = e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
+		return err
+	})
+	return b, err
 }
 
 // extentLocked returns the current bytes of extent idx (nil: zeroes).
@@ -200,7 +216,11 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		if len(runIdx) == 0 {
 			return nil
 		}
-		datas, err := e.rd.ReadRun(ctx, runIDs, runPtrs)
+		var datas [][]byte
+		err := e.storeRead(ctx, "read "+segment.Key(runPtrs[0].Segment), func() (err error) {
+			datas, err = e.rd.ReadRun(ctx, runIDs, runPtrs)
+			return err
+		})
 		if err != nil {
 			return err
 		}

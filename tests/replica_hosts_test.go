@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,12 +30,42 @@ func ipCmd(t *testing.T, args ...string) {
 	}
 }
 
+// netnsNumbers hands out the number in a namespace's name and addresses:
+// tests that run in parallel must not pick the same one.
+var netnsNumbers = &numberSet{}
+
+type numberSet struct {
+	sync.Mutex
+	used map[int]bool
+}
+
+func (s *numberSet) take() int {
+	s.Lock()
+	defer s.Unlock()
+	if s.used == nil {
+		s.used = map[int]bool{}
+	}
+	for {
+		if n := rand.IntN(250) + 1; !s.used[n] {
+			s.used[n] = true
+			return n
+		}
+	}
+}
+
+func (s *numberSet) give(n int) {
+	s.Lock()
+	defer s.Unlock()
+	delete(s.used, n)
+}
+
 // newNetnsHost makes the namespace and the veth pair and removes both in
 // t.Cleanup.
 func newNetnsHost(t *testing.T) *netnsHost {
 	t.Helper()
 	need(t, "ip", "nsenter")
-	n := rand.IntN(250) + 1
+	n := netnsNumbers.take()
+	t.Cleanup(func() { netnsNumbers.give(n) })
 	id := fmt.Sprintf("%d%03d", os.Getpid()%10000, n)
 	h := &netnsHost{name: "ebbfs-e2e-" + id, hostIP: fmt.Sprintf("10.231.%d.1", n), peerIP: fmt.Sprintf("10.231.%d.2", n)}
 	vh, vp := "ebh"+id, "ebp"+id

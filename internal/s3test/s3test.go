@@ -61,6 +61,8 @@ type Server struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process exits
 	werr error
+
+	argv []string // the command line, for Restart
 }
 
 // ErrNoBinary means no versitygw binary was found.
@@ -142,6 +144,48 @@ func StartOn(t testing.TB, host string) *Server {
 	return s
 }
 
+// StartWrapped is StartOn with the server's command line prefixed by wrap
+// (e.g. "nsenter", "--net=/run/netns/NAME" to run it in a network
+// namespace where host is one of its addresses). The port is chosen at
+// random, since host need not be an address of this namespace.
+func StartWrapped(t testing.TB, host string, wrap ...string) *Server {
+	t.Helper()
+	if _, err := FindBinary(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v", err)
+		}
+		t.Skipf("%v", err)
+	}
+	bin, err := FindBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var s *Server
+	for try := range 5 { // a random port may be taken
+		port := 20000 + int(randUint16()%30000)
+		s, err = launch(bin, filepath.Join(dir, fmt.Sprintf("vgw%d", try)), host, port, wrap)
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("start S3 server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stop S3 server: %v", err)
+		}
+	})
+	return s
+}
+
+func randUint16() uint16 {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return uint16(b[0])<<8 | uint16(b[1])
+}
+
 // Launch starts a server with its data and log under dir (which must exist)
 // and creates DefaultBucket. The caller must call Stop.
 func Launch(dir string) (*Server, error) {
@@ -156,7 +200,11 @@ func LaunchOn(dir, host string) (*Server, error) {
 	}
 	var lastErr error
 	for try := range 3 { // a free port can be taken before the server binds it
-		s, err := launch(bin, filepath.Join(dir, fmt.Sprintf("vgw%d", try)), host)
+		port, err := freePort(host)
+		if err != nil {
+			return nil, err
+		}
+		s, err := launch(bin, filepath.Join(dir, fmt.Sprintf("vgw%d", try)), host, port, nil)
 		if err == nil {
 			return s, nil
 		}
@@ -191,13 +239,9 @@ func xattrsWork(dir string) bool {
 	return unix.Setxattr(p, "user.probe", []byte("1"), 0) == nil
 }
 
-func launch(bin, dir, host string) (*Server, error) {
+func launch(bin, dir, host string, port int, wrap []string) (*Server, error) {
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
-		return nil, err
-	}
-	port, err := freePort(host)
-	if err != nil {
 		return nil, err
 	}
 	s := &Server{
@@ -226,24 +270,9 @@ func launch(bin, dir, host string) (*Server, error) {
 		args = append(args, "--sidecar", meta)
 	}
 	args = append(args, data)
-	logf, err := os.Create(s.LogPath)
-	if err != nil {
+	s.argv = append(append(append([]string(nil), wrap...), bin), args...)
+	if err := s.exec(); err != nil {
 		return nil, err
-	}
-	defer logf.Close() // the child keeps its own descriptor
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = serverEnv()
-	setDeathSignal(cmd)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("s3test: run %s: %w", bin, err)
-	}
-	s.cmd = cmd
-	go func() { s.werr = cmd.Wait(); close(s.done) }()
-	if err := s.waitReady(); err != nil {
-		_ = s.Stop()
-		return nil, fmt.Errorf("%w\n%s", err, s.logTail())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 	defer cancel()
@@ -252,6 +281,56 @@ func launch(bin, dir, host string) (*Server, error) {
 		return nil, fmt.Errorf("%w\n%s", err, s.logTail())
 	}
 	return s, nil
+}
+
+// exec starts the process of s.argv and waits until it answers.
+func (s *Server) exec() error {
+	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child keeps its own descriptor
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
+	cmd.Dir = s.Dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = serverEnv()
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("s3test: run %s: %w", s.argv[0], err)
+	}
+	done := make(chan struct{})
+	s.cmd, s.done = cmd, done
+	go func() { s.werr = cmd.Wait(); close(done) }()
+	if err := s.waitReady(); err != nil {
+		_ = s.Stop()
+		return fmt.Errorf("%w\n%s", err, s.logTail())
+	}
+	return nil
+}
+
+// Pid returns the server's process id (for SIGSTOP and SIGCONT).
+func (s *Server) Pid() int { return s.cmd.Process.Pid }
+
+// Kill kills the server with SIGKILL (a crash) and waits for it to exit.
+func (s *Server) Kill() error {
+	_ = s.cmd.Process.Kill()
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("s3test: versitygw (pid %d) did not exit after SIGKILL", s.cmd.Process.Pid)
+	}
+}
+
+// Restart starts the server again after Kill or Stop: the same address,
+// credentials and data directory, so clients reconnect to what they had.
+func (s *Server) Restart() error {
+	select {
+	case <-s.done:
+	default:
+		return fmt.Errorf("s3test: versitygw (pid %d) still runs", s.cmd.Process.Pid)
+	}
+	return s.exec()
 }
 
 // serverEnv is the environment without settings that would change the

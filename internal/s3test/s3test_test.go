@@ -88,3 +88,35 @@ func TestFindBinaryEnv(t *testing.T) {
 		t.Fatalf("FindBinary = %q, %v; want %q", got, err, p)
 	}
 }
+
+// TestKillRestartKeepsData: a server killed with SIGKILL and restarted
+// answers on the same endpoint with the same credentials and still holds
+// what was stored before.
+func TestKillRestartKeepsData(t *testing.T) {
+	srv := s3test.Start(t)
+	ctx := context.Background()
+	cfg := srv.Config("k")
+	cfg.MaxAttempts = 1
+	s, err := objstore.NewS3(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "obj", []byte("kept"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err == nil {
+		t.Fatal("Restart of a running server succeeded")
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "obj"); !objstore.IsUnavailable(err) {
+		t.Fatalf("Get from a killed server = %v; want unavailable", err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, "obj"); err != nil || string(got) != "kept" {
+		t.Fatalf("Get after restart = %q, %v", got, err)
+	}
+}
