@@ -572,6 +572,25 @@ func (t *txn) exchange(op *inode, oldName string, sd schema.Dirent, src *inode, 
 
 // ReadDir lists directory ino (without "." and "..").
 func (e *Engine) ReadDir(ctx context.Context, ino uint64) ([]DirEntry, error) {
+	return e.readDir(ctx, ino, "", 0)
+}
+
+// ReadDirPage lists at most limit entries of directory ino whose names sort
+// after after ("" for the first page), in name order; fewer than limit
+// means the directory has no more. A listing in pages holds one page in
+// memory, not the directory, and each page starts from the last name
+// returned: entries added or removed between pages are listed or not, but
+// no other entry is skipped or listed twice.
+func (e *Engine) ReadDirPage(ctx context.Context, ino uint64, after string, limit int) ([]DirEntry, error) {
+	if limit < 1 {
+		limit = 1
+	}
+	return e.readDir(ctx, ino, after, limit)
+}
+
+// readDir lists the entries of ino after after (all of them if "");
+// limit > 0 stops after that many.
+func (e *Engine) readDir(ctx context.Context, ino uint64, after string, limit int) ([]DirEntry, error) {
 	a, err := e.GetAttr(ctx, ino)
 	if err != nil {
 		return nil, err
@@ -580,7 +599,13 @@ func (e *Engine) ReadDir(ctx context.Context, ino uint64) ([]DirEntry, error) {
 		return nil, ErrNotDir
 	}
 	var out []DirEntry
+	if limit > 0 {
+		out = make([]DirEntry, 0, limit)
+	}
 	lo, hi := schema.DirentPrefix(ino)
+	if after != "" {
+		lo = append(schema.DirentKey(ino, after), 0) // the first key after it
+	}
 	err = e.scan(lo, hi, func(k, v []byte) error {
 		_, name, err := schema.ParseDirentKey(k)
 		if err != nil {
@@ -591,6 +616,9 @@ func (e *Engine) ReadDir(ctx context.Context, ino uint64) ([]DirEntry, error) {
 			return err
 		}
 		out = append(out, DirEntry{Name: name, Ino: d.Ino, Mode: d.Type})
+		if limit > 0 && len(out) >= limit {
+			return lsm.ErrStopScan
+		}
 		return nil
 	})
 	return out, err

@@ -19,6 +19,7 @@ var (
 	_ = (fs.NodeRmdirer)((*Node)(nil))
 	_ = (fs.NodeRenamer)((*Node)(nil))
 	_ = (fs.NodeReaddirer)((*Node)(nil))
+	_ = (fs.NodeOnForgetter)((*Node)(nil))
 
 	_ = (fs.NodeCreater)((*Node)(nil))
 	_ = (fs.NodeOpener)((*Node)(nil))

@@ -140,10 +140,17 @@ func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	return n.fsys.toErrno(err, "rename", n.ino())
 }
 
-// Readdir lists the directory in one engine call. The listing includes "."
-// and ".."; readdirplus then looks every other entry up through Lookup.
+// readdirPage is how many entries one engine call lists: a directory is
+// streamed to the kernel page by page, never held whole in memory.
+const readdirPage = 512
+
+// Readdir returns a stream of the directory: "." and "..", then the
+// entries in name order, read from the engine a page at a time (see
+// dirStream). readdirplus then looks every other entry up through Lookup.
 func (n *Node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	ents, err := n.fsys.e.ReadDir(ctx, n.ino())
+	// One call now: a missing or non-directory inode fails the opendir's
+	// first readdir rather than a later page.
+	first, err := n.fsys.e.ReadDirPage(ctx, n.ino(), "", readdirPage)
 	if err != nil {
 		return nil, n.fsys.toErrno(err, "readdir", n.ino())
 	}
@@ -151,15 +158,8 @@ func (n *Node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	if _, p := n.Parent(); p != nil {
 		parentIno = p.StableAttr().Ino
 	}
-	list := make([]fuse.DirEntry, 0, len(ents)+2)
-	list = append(list,
-		fuse.DirEntry{Name: ".", Ino: n.ino(), Mode: syscall.S_IFDIR},
-		fuse.DirEntry{Name: "..", Ino: parentIno, Mode: syscall.S_IFDIR})
-	for _, de := range ents {
-		if de.Name == "." || de.Name == ".." || de.Name == "" {
-			continue
-		}
-		list = append(list, fuse.DirEntry{Name: de.Name, Ino: de.Ino, Mode: de.Mode & ebbfs.ModeType})
-	}
-	return fs.NewListDirStream(list), 0
+	s := &dirStream{fsys: n.fsys, ino: n.ino(), parent: parentIno}
+	s.rewind()
+	s.fill(first)
+	return s, 0
 }

@@ -52,6 +52,11 @@ type MountOptions struct {
 	// Ops, if set, records every request's count, failures, bytes and
 	// latency by operation (FUSEOps), for /metrics and the monitor.
 	Ops *stats.Ops
+	// MaxNodes bounds the inodes the kernel holds through this mount
+	// (and the server keeps a node for): past it the oldest names are
+	// invalidated so the kernel forgets them (nodelimit.go). 0:
+	// DefaultMaxNodes; negative: no bound.
+	MaxNodes int
 }
 
 // DefaultMountOptions returns the defaults of DESIGN section 11: started as
@@ -64,6 +69,7 @@ func DefaultMountOptions() MountOptions {
 		FsName:             Name,
 		EntryTimeout:       DefaultTimeout,
 		AttrTimeout:        DefaultTimeout,
+		MaxNodes:           DefaultMaxNodes,
 	}
 }
 
@@ -72,8 +78,14 @@ func DefaultMountOptions() MountOptions {
 // caller closes the engine after that. When the engine is read-only the
 // mount is too.
 func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, error) {
+	srv, _, err := mountFS(e, mountpoint, o)
+	return srv, err
+}
+
+// mountFS is Mount, also returning the mount's shared state (tests).
+func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, *fsys, error) {
 	if e == nil {
-		return nil, errors.New("fuse: nil engine")
+		return nil, nil, errors.New("fuse: nil engine")
 	}
 	log := o.Logger
 	if log == nil {
@@ -129,6 +141,13 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		mo.Logger = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	}
 	f := &fsys{e: e, log: log}
+	if o.MaxNodes >= 0 {
+		limit := o.MaxNodes
+		if limit == 0 {
+			limit = DefaultMaxNodes
+		}
+		f.limit = startNodeLimit(f, limit)
+	}
 	rootNode := &Node{fsys: f}
 	srv, err := mountTimed(mountpoint, rootNode, o.Ops, &fs.Options{
 		MountOptions:   mo,
@@ -140,9 +159,15 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		Logger:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	})
 	if err != nil {
-		return nil, err
+		if f.limit != nil {
+			f.limit.close()
+		}
+		return nil, nil, err
 	}
 	f.root = rootNode
+	if f.limit != nil {
+		go func() { srv.Wait(); f.limit.close() }()
+	}
 	if e.ReadOnly() {
 		// A replica: what the writer changes reaches the kernel's caches,
 		// through a worker that stops when the mount is gone.
@@ -151,7 +176,7 @@ func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, er
 		e.SetFollowObserver(f.invalidate)
 	}
 	raiseReadahead(mountpoint, log)
-	return srv, nil
+	return srv, f, nil
 }
 
 // mountTimed is fs.Mount with the request recorder (if any) around the node

@@ -67,6 +67,7 @@ type mounted struct {
 	dir  string
 	e    *ebbfs.Engine
 	logs *syncBuffer
+	f    *fsys
 }
 
 func (m *mounted) path(elem ...string) string {
@@ -103,6 +104,12 @@ func openEngine(t *testing.T) *ebbfs.Engine {
 // checks it is gone from the mount table) in t.Cleanup.
 func mount(t *testing.T) *mounted {
 	t.Helper()
+	return mountWith(t, nil)
+}
+
+// mountWith is mount with the options adjusted by adjust (if not nil).
+func mountWith(t *testing.T, adjust func(*MountOptions)) *mounted {
+	t.Helper()
 	requireFUSE(t)
 	e := openEngine(t)
 	dir := t.TempDir()
@@ -117,7 +124,10 @@ func mount(t *testing.T) *mounted {
 	o := DefaultMountOptions()
 	o.AllowOther = os.Geteuid() == 0
 	o.Logger = log
-	srv, err := Mount(e, dir, o)
+	if adjust != nil {
+		adjust(&o)
+	}
+	srv, f, err := mountFS(e, dir, o)
 	if err != nil {
 		_ = e.Close(context.Background())
 		t.Fatalf("Mount: %v", err)
@@ -136,7 +146,7 @@ func mount(t *testing.T) *mounted {
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	return &mounted{dir: dir, e: e, logs: logs}
+	return &mounted{dir: dir, e: e, logs: logs, f: f}
 }
 
 // mountEntry returns dir's mount as the fields of its /proc/mounts line

@@ -26,6 +26,8 @@ type fsys struct {
 	// notify sends a replica's cache invalidations (notify.go); nil on a
 	// writer.
 	notify *notifier
+	// limit bounds the nodes the kernel holds (nodelimit.go); nil: none.
+	limit *nodeLimit
 }
 
 // Node is one inode of the mounted filesystem. The inode number and type
@@ -49,6 +51,17 @@ type Node struct {
 	// engine has deleted while the kernel still holds it (see Getattr).
 	lastMu sync.Mutex
 	last   ebbfs.Attr
+
+	// counted: the kernel holds this node (nodeLimit counts it); queued:
+	// it is in nodeLimit's queue.
+	counted, queued atomic.Bool
+}
+
+// OnForget is the kernel's FORGET of the node (go-fuse drops it).
+func (n *Node) OnForget() {
+	if l := n.fsys.limit; l != nil {
+		l.forgotten(n)
+	}
 }
 
 // remember records a as the attributes last sent for n.
@@ -72,8 +85,12 @@ func (n *Node) newNode(ctx context.Context, a ebbfs.Attr, out *fuse.EntryOut) *f
 		Ino:  a.Ino,
 		Gen:  a.Gen,
 	})
-	if existing, ok := ch.Operations().(*Node); ok && existing != child {
-		existing.remember(a)
+	nd, ok := ch.Operations().(*Node)
+	if ok && nd != child {
+		nd.remember(a)
+	}
+	if l := n.fsys.limit; ok && l != nil {
+		l.added(nd)
 	}
 	fillAttr(&out.Attr, a)
 	return ch
