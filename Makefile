@@ -24,7 +24,7 @@ RUN_CONFIG  := $(RUN_DIR)/ebbfs.toml
 RUN_NBD     ?= 127.0.0.1:10809
 RUN_ADMIN   ?= 127.0.0.1:10810
 
-.PHONY: all build run test lint bench install uninstall clean deps model soak
+.PHONY: all build run test lint bench bench-scale install uninstall clean deps model soak
 
 all: build
 
@@ -96,6 +96,14 @@ bench:
 	$(GO) test -run='^$$' -bench=. ./segment ./lsm ./reclaim
 	$(GO) test -run='^$$' -bench=. -benchtime=1x ./nbd
 	$(GO) run ./bench/mountbench $(MOUNTBENCH_FLAGS)
+
+# make bench-scale: the scale test at full size (tests/scale_test.go,
+# EBBFS_SCALE=1): a million files created, stat'ed, listed, renamed and
+# deleted, a 100 GiB sparse file with random writes, the writer's peak RSS,
+# fsck, and recovery into a new cache directory; figures in
+# bench/README.md. make test runs the 20,000-file version.
+bench-scale: deps
+	EBBFS_SCALE=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 4h -v -run 'TestScale$$' ./tests
 
 install: build
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/ebbfs
