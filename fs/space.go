@@ -3,6 +3,7 @@ package fs
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"ebbfs.dev/ebbfs/lsm/schema"
@@ -42,6 +43,8 @@ type spaceCache struct {
 	live    int64 // counters' live bytes at `at`
 	dirty   int64 // dirty bytes at `at`
 	written int64 // bytes accepted since `at`
+
+	cacheLow atomic.Bool // the cache directory's filesystem is below its floor (cachedisk.go)
 }
 
 // usedExact returns the live bytes now (a counter scan) plus dirty data.
@@ -54,10 +57,16 @@ func (e *Engine) usedExact() (int64, error) {
 }
 
 // reserveSpace admits n more bytes of data under the quota, or fails with
-// ErrNoSpace. Without a quota it does nothing. Far from the limit it
-// decides from a cached total and an upper bound on what changed since;
-// near it, from an exact scan.
+// ErrNoSpace; it also fails so when the cache directory's filesystem is
+// full (cacheDiskRoom). Without a quota it checks nothing else. Far from
+// the limit it decides from a cached total and an upper bound on what
+// changed since; near it, from an exact scan.
 func (e *Engine) reserveSpace(n int64) error {
+	if n > 0 {
+		if err := e.cacheDiskRoom(); err != nil {
+			return err
+		}
+	}
 	limit := e.opts.MaxSize
 	if limit <= 0 || n <= 0 {
 		return nil

@@ -35,6 +35,9 @@ func (e *Engine) SetXattr(ctx context.Context, ino uint64, name string, value []
 	if len(value) > MaxXattrValue {
 		return ErrXattrRange
 	}
+	if err := e.cacheDiskRoom(); err != nil {
+		return err
+	}
 	e.ns.Lock()
 	defer e.ns.Unlock()
 	t := e.begin()

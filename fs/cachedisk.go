@@ -1,0 +1,61 @@
+package fs
+
+import (
+	"syscall"
+)
+
+// The cache directory's filesystem holds the local metadata (Pebble) and
+// the disk cache of frames. Pebble cannot lose a write it accepted: a
+// failed write-ahead log or manifest write stops the process. So before
+// it accepts new data (write, fallocate) or new extended attributes, the
+// engine makes sure that filesystem has at least cacheDiskFloor free,
+// first by asking the disk cache to give space back, and otherwise fails
+// the operation with ErrNoSpace (ENOSPC) before it changes anything. What
+// was accepted before is still flushed and made durable: the floor is
+// the room for that. Reads, deletes, renames and fsync go on; writes work
+// again as soon as there is room, without a remount.
+
+// cacheDiskFloor is the free space kept for the metadata on a cache
+// filesystem of total bytes: a fiftieth of it, between 8 MiB and 256 MiB
+// (less than the disk cache's own reserve, so the cache gives way first).
+func cacheDiskFloor(total int64) int64 {
+	return min(max(total/50, 8<<20), 256<<20)
+}
+
+// statfsCacheDir reports the size of the cache directory's filesystem and
+// the bytes free for use; tests replace it.
+var statfsCacheDir = func(dir string) (total, avail int64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
+}
+
+// cacheDiskRoom fails with ErrNoSpace when the cache directory's
+// filesystem stays below its floor after the disk cache gave back what it
+// could. A statfs failure admits the operation (the metadata write will
+// report its own error).
+func (e *Engine) cacheDiskRoom() error {
+	total, avail, err := statfsCacheDir(e.opts.CacheDir)
+	if err != nil {
+		return nil
+	}
+	floor := cacheDiskFloor(total)
+	if avail < floor && e.rd != nil {
+		// A filesystem may count freed blocks as free only at its next
+		// journal commit: trust what the eviction freed.
+		avail += e.rd.ShrinkDiskCache(floor - avail)
+	}
+	if avail < floor {
+		if !e.space.cacheLow.Swap(true) {
+			e.log.Warn("fs: the cache directory's filesystem is full; new writes fail with ENOSPC until it has room (reads, deletes and fsync go on)",
+				"dir", e.opts.CacheDir, "free", avail, "needed", floor)
+		}
+		return ErrNoSpace
+	}
+	if e.space.cacheLow.Swap(false) {
+		e.log.Info("fs: the cache directory's filesystem has room again; writes are accepted", "dir", e.opts.CacheDir, "free", avail)
+	}
+	return nil
+}

@@ -1,0 +1,302 @@
+package tests
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/internal/s3test"
+)
+
+// cacheFS is a small ext4 filesystem on a loop device that holds the
+// writer's cache directory.
+type cacheFS struct {
+	dir string // mountpoint
+}
+
+// newCacheFS makes a size-byte ext4 image (no blocks reserved for root:
+// full means full, for ebbfs too), mounts it under e.dir and moves e's
+// cache directory onto it. Cleanup unmounts and detaches it after the
+// writer is gone (it must be called before the writer starts).
+func newCacheFS(t *testing.T, e *env, size int64) *cacheFS {
+	t.Helper()
+	need(t, "mkfs.ext4", "losetup", "mount", "umount")
+	img := filepath.Join(e.dir, "cache.img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if r := e.run("mkfs.ext4", "-q", "-F", "-m", "0", img); r.code != 0 {
+		t.Fatalf("mkfs.ext4: %s", r)
+	}
+	dev, _ := e.loopAttach(t, img)
+	c := &cacheFS{dir: filepath.Join(e.dir, "cachefs")}
+	if err := os.Mkdir(c.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.mountExt4(t, dev, c.dir)
+	e.cache = filepath.Join(c.dir, "cache")
+	e.writeConfig("")
+	return c
+}
+
+// free is the space left on the filesystem for unprivileged use (with no
+// root reserve, the same for ebbfs).
+func (c *cacheFS) free(t testing.TB) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(c.dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+// fill takes all the free space with one file (fallocate), or as much as
+// the filesystem gives; it returns the bytes the file holds. (A
+// fallocate that fails with ENOSPC on ext4 may keep what it allocated, so
+// the result is the file's blocks, not the sum of the calls that
+// succeeded.)
+func (c *cacheFS) fill(t testing.TB, name string) int64 {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(c.dir, name), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for chunk := int64(64 << 20); chunk >= 4096; {
+		fi, _ := f.Stat()
+		err := unix.Fallocate(int(f.Fd()), 0, fi.Size(), chunk)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("fallocate filler: %v", err)
+		}
+		chunk /= 2
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// appErr records what an application saw.
+type appErrs struct {
+	seen map[string]int
+}
+
+func (a *appErrs) add(op string, err error) {
+	if err == nil {
+		return
+	}
+	var errno syscall.Errno
+	name := err.Error()
+	if errors.As(err, &errno) {
+		name = errno.Error()
+	}
+	a.seen[op+": "+name]++
+}
+
+func (a *appErrs) String() string {
+	if len(a.seen) == 0 {
+		return "none"
+	}
+	var parts []string
+	for k, v := range a.seen {
+		parts = append(parts, fmt.Sprintf("%s x%d", k, v))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// TestCacheDiskFull: the writer's cache directory is on a 96 MiB ext4
+// filesystem (a loop device) and its disk cache may grow to 1 GiB.
+// Reading 160 MiB through it, the cache stops short of filling the disk
+// (it keeps a tenth free, watching statfs). A file that takes all the free
+// space: the cache gives its space back and writes go on with no error.
+// A second one that takes what the cache gave back: new writes fail with
+// ENOSPC (and only they), while data written before is fsynced, reads,
+// creates and deletes go on. The filler files deleted: writes work again,
+// same mount. After kill -9 and a restart every fsynced file reads back,
+// and fsck is clean.
+func TestCacheDiskFull(t *testing.T) {
+	srv := s3test.Start(t)
+	e := newEnv(t, withS3(srv.Endpoint, srv.Region, srv.Bucket, "full", srv.AccessKey, srv.SecretKey))
+	c := newCacheFS(t, e, 96<<20)
+	e.init()
+	w := e.mount()
+	const floor = 8 << 20 // fs.cacheDiskFloor of a small filesystem
+	t.Logf("cache filesystem: %.1f MiB free at start", float64(c.free(t))/mib)
+	synced := map[string]uint64{} // fsynced file -> id (content blocks(id, 0, n, 1))
+	sizes := map[string]int{}
+	put := func(name string, id uint64, n int) error {
+		p := e.path(name)
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := f.Write(blocks(id, 0, n, 1)); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatalf("fsync %s: %v", name, err) // never acceptable
+		}
+		synced[name], sizes[name] = id, n
+		return nil
+	}
+
+	// 160 MiB read back through the disk cache, free space sampled.
+	for i := range 8 {
+		if err := put(fmt.Sprintf("f%d.0", 10+i), uint64(10+i), 20*mib/blockSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	minFree := c.free(t)
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var st unix.Statfs_t
+			if unix.Statfs(c.dir, &st) == nil {
+				minFree = min(minFree, int64(st.Bavail)*st.Bsize)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	for i := range 8 {
+		name := fmt.Sprintf("f%d.0", 10+i)
+		dropPageCache(t, e.path(name))
+		if err := checkContent(uint64(10+i), readFile(t, e.path(name))); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	close(stop)
+	<-sampled
+	m := e.scrapeUnix()
+	cached := m.sum("ebbfs_cache_bytes", `level="disk"`)
+	t.Logf("read 160 MiB: the disk cache holds %.1f MiB; lowest free space seen %.1f MiB", cached/mib, float64(minFree)/mib)
+	if cached < 16*mib || minFree < floor {
+		t.Fatalf("disk cache %.1f MiB, lowest free %.1f MiB: want it to fill up to its reserve and no further", cached/mib, float64(minFree)/mib)
+	}
+
+	// Something else takes all the free space: the cache gives way.
+	fillers := 1
+	taken := c.fill(t, "filler1")
+	d := waitUntil(t, 20*time.Second, "the disk cache giving space back", func() bool { return c.free(t) >= floor })
+	t.Logf("filler 1 took %.1f MiB; %v later %.1f MiB are free again (disk cache %.1f MiB)",
+		float64(taken)/mib, d.Round(time.Millisecond), float64(c.free(t))/mib, e.scrapeUnix().sum("ebbfs_cache_bytes", `level="disk"`)/mib)
+	errsA := &appErrs{seen: map[string]int{}}
+	for i := range 10 {
+		errsA.add("create+write", put(fmt.Sprintf("a%d.0", 100+i), uint64(100+i), 256))
+		errsA.add("mkdir", os.Mkdir(e.path(fmt.Sprintf("da%d", i)), 0o755))
+	}
+	t.Logf("errors applications saw after filler 1: %s", errsA)
+	if len(errsA.seen) != 0 {
+		t.Errorf("the disk cache held space to give back, yet applications saw errors: %s", errsA)
+	}
+
+	// Held open across the second fill: written before, fsynced after.
+	held, err := os.OpenFile(e.path("held"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.Write(blocks(300, 0, 256, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// Fill again whatever the disk cache gives back until it has nothing
+	// left to give.
+	for i := 0; ; i++ {
+		c.fill(t, fmt.Sprintf("filler%d", 2+i))
+		time.Sleep(1500 * time.Millisecond) // the cache's watcher runs every second
+		if e.scrapeUnix().sum("ebbfs_cache_bytes", `level="disk"`) == 0 && c.free(t) < floor {
+			fillers = 2 + i
+			break
+		}
+		if i == 20 {
+			t.Fatalf("the disk cache still holds %.1f MiB", e.scrapeUnix().sum("ebbfs_cache_bytes", `level="disk"`)/mib)
+		}
+	}
+	t.Logf("%d filler files: %.1f MiB free, the disk cache is empty", fillers, float64(c.free(t))/mib)
+	if err := held.Sync(); err != nil {
+		t.Fatalf("fsync of data written before the disk filled: %v", err)
+	}
+	held.Close()
+	synced["held"], sizes["held"] = 300, 256
+	errsB := &appErrs{seen: map[string]int{}}
+	for i := range 10 {
+		name := fmt.Sprintf("b%d.0", 200+i)
+		errsB.add("write", put(name, uint64(200+i), 64))
+		errsB.add("mkdir", os.Mkdir(e.path(fmt.Sprintf("db%d", i)), 0o755))
+		if err := os.Remove(e.path(name)); err == nil {
+			delete(synced, name)
+		} else {
+			errsB.add("unlink", err)
+		}
+	}
+	for name, id := range synced {
+		b, err := os.ReadFile(e.path(name))
+		if err == nil {
+			err = checkContent(id, b)
+		}
+		errsB.add("read", err)
+	}
+	t.Logf("errors applications saw with the cache disk full: %s", errsB)
+	for k := range errsB.seen {
+		if k != "write: no space left on device" {
+			t.Errorf("with the cache disk full: %s (want only ENOSPC on writes)", k)
+		}
+	}
+	if n := errsB.seen["write: no space left on device"]; n != 10 {
+		t.Errorf("%d of 10 writes failed with ENOSPC with %.1f MiB free on the cache disk and nothing cached", n, float64(c.free(t))/mib)
+	}
+	if w.exited() {
+		t.Fatalf("the writer exited with the cache disk full:\n%s", tail(w.out.String(), 40))
+	}
+
+	// Space returns: the same mount takes writes again.
+	for i := 1; i <= fillers; i++ {
+		if err := os.Remove(filepath.Join(c.dir, fmt.Sprintf("filler%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errsC := &appErrs{seen: map[string]int{}}
+	for i := range 10 {
+		errsC.add("create+write", put(fmt.Sprintf("c%d.0", 400+i), uint64(400+i), 256))
+	}
+	t.Logf("errors applications saw once the fillers were deleted: %s", errsC)
+	if len(errsC.seen) != 0 {
+		t.Fatalf("writes after space returned: %s", errsC)
+	}
+	if !strings.Contains(w.out.String(), "has room again") {
+		t.Errorf("the writer did not log that the cache disk has room again")
+	}
+
+	// A crash: everything fsynced comes back, and fsck is clean.
+	w.kill()
+	w = e.mount()
+	for name, id := range synced {
+		b := readFile(t, e.path(name))
+		if err := checkContent(id, b); err != nil || len(b) != sizes[name]*blockSize {
+			t.Fatalf("%s after kill -9 and restart: %d bytes, %v", name, len(b), err)
+		}
+	}
+	t.Logf("%d fsynced files read back after kill -9 and a restart", len(synced))
+	w.stop()
+	e.fsckClean()
+}
