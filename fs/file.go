@@ -25,6 +25,14 @@ func (e *Engine) Open(ctx context.Context, ino uint64) error {
 	return nil
 }
 
+// IsOpen reports whether ino has open handles.
+func (e *Engine) IsOpen(ino uint64) bool {
+	e.ns.Lock()
+	defer e.ns.Unlock()
+	n := e.ns.inodes[ino]
+	return n != nil && n.open > 0
+}
+
 // Release drops an open handle; the last one of an unlinked inode deletes it.
 func (e *Engine) Release(ctx context.Context, ino uint64) error {
 	e.ns.Lock()

@@ -15,11 +15,12 @@ import (
 //
 // nodeLimit bounds them: past max nodes, a worker asks the kernel to drop
 // the dentries of the oldest ones (an entry invalidation on the parent;
-// the kernel then forgets the inode unless it is in use: an open file, a
-// working directory, a directory with children of its own in use). The
-// next access to such a name is a lookup again, which the 1 s entry
-// timeout makes the kernel send anyway once the dentry is older than
-// that. The notifications go out from the worker, never from a request:
+// the kernel then forgets the inode). The next access to such a name is a
+// lookup again, which the 1 s entry timeout makes the kernel send anyway
+// once the dentry is older than that. Directories and open files are left
+// alone: the kernel would unhash their dentries all the same, and a
+// working directory's getcwd or an open file's /proc/PID/fd link would
+// then read "(deleted)". The notifications go out from the worker, never from a request:
 // the kernel takes the directory's lock for them, which a request in that
 // directory may hold while it waits for its own reply.
 
@@ -140,7 +141,7 @@ func (l *nodeLimit) loop() {
 					continue
 				}
 				nd.queued.Store(false)
-				if !nd.counted.Load() {
+				if !nd.counted.Load() || nd.IsDir() || l.f.e.IsOpen(nd.ino()) {
 					continue
 				}
 				name, parent := nd.Parent()

@@ -11,7 +11,8 @@ import (
 // TestNodeLimitMakesTheKernelForget creates ten times more files than the
 // mount's node bound: the kernel is made to forget the oldest until the
 // server holds at most the bound, while every file stays reachable, the
-// directory lists them all, and a file held open all along keeps working.
+// directory lists them all, and a file held open all along and a
+// directory stay known to the kernel (their dentries are never dropped).
 func TestNodeLimitMakesTheKernelForget(t *testing.T) {
 	const max, files = 300, 3000
 	m := mountWith(t, func(o *MountOptions) { o.MaxNodes = max })
@@ -24,6 +25,9 @@ func TestNodeLimitMakesTheKernelForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
+	if err := os.Mkdir(m.path("d", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for i := range files {
 		if err := os.WriteFile(m.path("d", fmt.Sprintf("f%05d", i)), []byte{byte(i)}, 0o644); err != nil {
 			t.Fatal(err)
@@ -40,6 +44,17 @@ func TestNodeLimitMakesTheKernelForget(t *testing.T) {
 		t.Fatalf("no invalidation sent")
 	}
 	t.Logf("%d nodes held, %d invalidations sent", l.live.Load(), l.invalidated.Load())
+	// The oldest names, but an open file and a directory: still held, and
+	// the open file's name is not "(deleted)".
+	if link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", held.Fd())); err != nil || link != m.path("d", "held") {
+		t.Errorf("the open file's /proc link reads %q (%v)", link, err)
+	}
+	d := m.f.root.GetChild("d")
+	for _, name := range []string{"held", "sub"} {
+		if ch := d.GetChild(name); ch == nil || !ch.Operations().(*Node).counted.Load() {
+			t.Errorf("%s was forgotten", name)
+		}
+	}
 
 	if _, err := held.WriteAt([]byte("still here"), 0); err != nil {
 		t.Fatal(err)
@@ -57,7 +72,7 @@ func TestNodeLimitMakesTheKernelForget(t *testing.T) {
 		}
 	}
 	ents, err := os.ReadDir(m.path("d"))
-	if err != nil || len(ents) != files+1 {
-		t.Fatalf("readdir: %d entries, %v; want %d", len(ents), err, files+1)
+	if err != nil || len(ents) != files+2 {
+		t.Fatalf("readdir: %d entries, %v; want %d", len(ents), err, files+2)
 	}
 }
