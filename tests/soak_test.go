@@ -41,6 +41,7 @@ const (
 type soakPhase struct {
 	p       *proc
 	over    atomic.Bool // the workload is to stop
+	calm    atomic.Bool // the chaos is to stop
 	killing atomic.Bool // the writer is being killed: errors are expected
 }
 
@@ -522,12 +523,13 @@ func TestSoak(t *testing.T) {
 	}
 
 	var (
-		totals                            reclaimTotals
-		kills, fpCrashes, restarts, wiped int
-		stalls, bursts                    atomic.Int64
-		stalled                           atomic.Int64 // nanoseconds
-		fpFired                           []string
-		lastOfFinal                       reclaimTotals // the last writer's counters when the workload stopped
+		totals                       reclaimTotals
+		kills, stallKills, fpCrashes int
+		restarts, wiped              int
+		stalls, bursts               atomic.Int64
+		stalled                      atomic.Int64 // nanoseconds
+		fpFired                      []string
+		lastOfFinal                  reclaimTotals // the last writer's counters when the workload stopped
 	)
 	start := time.Now()
 	var p *proc
@@ -599,11 +601,11 @@ func TestSoak(t *testing.T) {
 		go func() {
 			defer chaosWG.Done()
 			crng := rand.New(rand.NewPCG(seed, uint64(1000+phase)))
-			for !ph.over.Load() {
-				for wait := time.Duration(5+crng.IntN(11)) * time.Second; wait > 0 && !ph.over.Load(); wait -= 100 * time.Millisecond {
+			for !ph.calm.Load() {
+				for wait := time.Duration(5+crng.IntN(11)) * time.Second; wait > 0 && !ph.calm.Load(); wait -= 100 * time.Millisecond {
 					time.Sleep(100 * time.Millisecond)
 				}
-				if ph.over.Load() {
+				if ph.calm.Load() {
 					return
 				}
 				if crng.IntN(2) == 0 {
@@ -641,6 +643,7 @@ func TestSoak(t *testing.T) {
 		}
 		if final || t.Failed() {
 			ph.over.Store(true)
+			ph.calm.Store(true)
 			wg.Wait()
 			chaosWG.Wait()
 			if rt, ok := soakScrape(e); ok {
@@ -652,9 +655,23 @@ func TestSoak(t *testing.T) {
 			lastOfFinal = last
 			break
 		}
+		ph.calm.Store(true)
+		chaosWG.Wait() // the workload goes on meanwhile
 		if p.exited() {
 			fpCrashes++
 		} else {
+			if rng.IntN(2) == 0 {
+				// Killed during a store stall, with barriers waiting
+				// for it; the next writer starts while the store is
+				// still stopped and recovers once it answers again.
+				if err := syscall.Kill(spid, syscall.SIGSTOP); err != nil {
+					t.Fatalf("SIGSTOP the S3 server: %v", err)
+				}
+				time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+				d := time.Duration(2000+rng.IntN(3000)) * time.Millisecond
+				time.AfterFunc(d, func() { _ = syscall.Kill(spid, syscall.SIGCONT) })
+				stallKills++
+			}
 			ph.killing.Store(true)
 			p.kill()
 			kills++
@@ -667,7 +684,6 @@ func TestSoak(t *testing.T) {
 		case <-time.After(2 * time.Minute):
 			t.Fatalf("the workload did not stop within 2 minutes of the writer's death")
 		}
-		chaosWG.Wait()
 		if code := p.wait(); code != 128+int(syscall.SIGKILL) {
 			soakDied(t, p, armed, &fpFired)
 		}
@@ -762,10 +778,10 @@ func TestSoak(t *testing.T) {
 		nw, nf, nz, nfl = nw+n.writes, nf+n.fuas, nz+n.zeroes, nfl+n.flushes
 	}
 	t.Logf("soak of %v (seed %d): %d file ops %v, %d acknowledged fsyncs; NBD (%d exports): %d writes (%d FUA), %d zero writes, %d flushes; "+
-		"%d SIGKILLs, %d failpoint crashes %v, %d restarts (%d with the cache wiped); %d store stalls (%v), %d error bursts; proxy: %s; "+
+		"%d SIGKILLs (%d during a store stall), %d failpoint crashes %v, %d restarts (%d with the cache wiped); %d store stalls (%v), %d error bursts; proxy: %s; "+
 		"%.1f MiB verified; reclamation during the run: %.0f repacks (%.0f frames relocated), %.0f segments deleted",
 		dur, seed, nops, ops, fsyncs, soakNBDExports, nw, nf, nz, nfl,
-		kills, fpCrashes, fpFired, restarts, wiped, stalls.Load(), time.Duration(stalled.Load()).Round(time.Millisecond), bursts.Load(), px,
+		kills, stallKills, fpCrashes, fpFired, restarts, wiped, stalls.Load(), time.Duration(stalled.Load()).Round(time.Millisecond), bursts.Load(), px,
 		float64(verified)/mib, totals.repacks, totals.relocated, totals.deleted)
 	if kills == 0 {
 		t.Errorf("no SIGKILL in %v", dur)
