@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"ebbfs.dev/ebbfs/lsm/schema"
@@ -55,6 +56,10 @@ type follower struct {
 	lastOK   time.Duration // Clock.Mono of the last probe that reached the store
 	lastErr  string
 	jumps    int
+	// shrinks keeps the bytes past recent shrinks (shrink.go);
+	// pastShrink counts the reads that needed them.
+	shrinks    shrinks
+	pastShrink atomic.Int64
 }
 
 // SetFollowObserver registers f to hear of every change a followed
@@ -89,6 +94,7 @@ func (e *Engine) Follow(ctx context.Context) (int, error) {
 			e.follow.mu.Lock()
 			e.follow.jumps++
 			e.follow.mu.Unlock()
+			e.dropShrinks()
 			e.applyChanges(nil, true)
 		}
 	}
@@ -99,10 +105,12 @@ func (e *Engine) Follow(ctx context.Context) (int, error) {
 		_, ok, err := e.db.FollowNextWith(ctx, func(keys [][]byte, apply func() error) error {
 			e.follow.view.Lock()
 			defer e.follow.view.Unlock()
+			sizes, old := e.beforeApply(keys)
 			if err := apply(); err != nil {
 				return err
 			}
 			ch = e.refresh(keys, false)
+			e.afterApply(sizes, old)
 			return nil
 		})
 		if err != nil {

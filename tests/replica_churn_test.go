@@ -275,9 +275,10 @@ func TestReplicaChurn(t *testing.T) {
 	readerStop.Store(true)
 	wg.Wait()
 	out := rp.out.String()
-	t.Logf("churn for %v: ops %v; reclamation: %.0f repacks (%.0f frames relocated), %.0f segments deleted; replica: %d passes, %s; %d reads found their segment gone and read again from the newer state, %d failed so",
+	t.Logf("churn for %v: ops %v; reclamation: %.0f repacks (%.0f frames relocated), %.0f segments deleted; replica: %d passes, %s; %d reads found their segment gone and read again from the newer state, %d failed so; %d reads past a recent truncation got the bytes from before it",
 		dur, c.ops, totals.repacks, totals.relocated, totals.deleted, passes.Load(), stats.String(),
-		strings.Count(out, "a segment was gone; read again"), strings.Count(out, "replica: a segment is gone"))
+		strings.Count(out, "a segment was gone; read again"), strings.Count(out, "replica: a segment is gone"),
+		strings.Count(out, "a read past a recent truncation"))
 	if n := strings.Count(out, "replica: a segment is gone"); n > 0 {
 		t.Errorf("%d replica reads failed on a segment that was gone", n)
 	}

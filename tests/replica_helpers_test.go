@@ -77,6 +77,35 @@ func checkContent(id uint64, data []byte) error {
 	return nil
 }
 
+// badBlocks describes which blocks of a file that failed checkContent are
+// wrong, and which of them are all zeroes, to tell a hole or a zero-filled
+// read from a wrong frame.
+func badBlocks(id uint64, data []byte) string {
+	var bad, zero []int
+	for i := 0; i+blockSize <= len(data); i += blockSize {
+		b := data[i : i+blockSize]
+		sum := sha256.Sum256(b[:blockSum])
+		gid, gidx := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+		if string(sum[:]) == string(b[blockSum:]) && gid == id && gidx == uint64(i/blockSize) {
+			continue
+		}
+		bad = append(bad, i/blockSize)
+		if allZero(b) {
+			zero = append(zero, i/blockSize)
+		}
+	}
+	return fmt.Sprintf("%d of %d blocks wrong %v, all-zero %v", len(bad), len(data)/blockSize, bad, zero)
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // fileID parses the id out of a churn file name "f<id>.<gen>".
 func fileID(name string) (uint64, bool) {
 	if !strings.HasPrefix(name, "f") {
@@ -124,7 +153,7 @@ func (v *verifyStats) verifyOnce(p string) {
 		v.otherErrors = append(v.otherErrors, fmt.Sprintf("%s: %v", p, err))
 	default:
 		if cerr := checkContent(id, data); cerr != nil {
-			v.wrong = append(v.wrong, fmt.Sprintf("%s (%d bytes): %v", p, len(data), cerr))
+			v.wrong = append(v.wrong, fmt.Sprintf("%s (%d bytes): %v; %s", p, len(data), cerr, badBlocks(id, data)))
 			return
 		}
 		v.files++

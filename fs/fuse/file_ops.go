@@ -136,6 +136,12 @@ func (n *Node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 		// Bytes already read are returned, like read(2) cut short.
 		return nil, n.fsys.toErrno(err, "read", n.ino())
 	}
+	if err == nil && nr < len(dest) && n.fsys.e.ReadOnly() {
+		// A replica's file that a followed journal just made shorter:
+		// the kernel may not know yet, and would zero-fill a short
+		// answer under the size it still has (fs/shrink.go).
+		nr += n.fsys.e.ReadPastShrink(ctx, n.ino(), dest[nr:], off+int64(nr))
+	}
 	return fuse.ReadResultData(dest[:nr]), 0
 }
 
