@@ -59,3 +59,13 @@ func (e *Engine) cacheDiskRoom() error {
 	}
 	return nil
 }
+
+// CacheDirSpace reports the bytes free on the cache directory's
+// filesystem and the floor below which new writes fail with ENOSPC.
+func (e *Engine) CacheDirSpace() (free, floor int64, err error) {
+	total, avail, err := statfsCacheDir(e.opts.CacheDir)
+	if err != nil {
+		return 0, 0, err
+	}
+	return avail, cacheDiskFloor(total), nil
+}

@@ -268,6 +268,15 @@ func TestCacheDiskFull(t *testing.T) {
 	if w.exited() {
 		t.Fatalf("the writer exited with the cache disk full:\n%s", tail(w.out.String(), 40))
 	}
+	st := e.mustEbbfs("status").stdout
+	if !strings.Contains(st, "CACHE DIRECTORY FULL") {
+		t.Errorf("ebbfs status with the cache disk full does not say so:\n%s", st)
+	}
+	for _, l := range strings.Split(st, "\n") {
+		if strings.Contains(l, "CACHE DIRECTORY FULL") {
+			t.Logf("ebbfs status: %s", l)
+		}
+	}
 
 	// Space returns: the same mount takes writes again.
 	for i := 1; i <= fillers; i++ {
@@ -285,6 +294,9 @@ func TestCacheDiskFull(t *testing.T) {
 	}
 	if !strings.Contains(w.out.String(), "has room again") {
 		t.Errorf("the writer did not log that the cache disk has room again")
+	}
+	if st := e.mustEbbfs("status").stdout; strings.Contains(st, "CACHE DIRECTORY FULL") {
+		t.Errorf("ebbfs status still says the cache directory is full:\n%s", st)
 	}
 
 	// A crash: everything fsynced comes back, and fsck is clean.

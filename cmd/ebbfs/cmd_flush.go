@@ -88,6 +88,11 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			if since, ok := st.Extra[extraStoreUnreachableSince].(string); ok {
 				fmt.Fprintf(out, "STORE UNREACHABLE since %s; last error: %v\n", since, st.Extra[extraStoreLastError])
 			}
+			free, ok1 := st.Extra[extraCacheDirFree].(float64)
+			floor, ok2 := st.Extra[extraCacheDirFloor].(float64)
+			if ok1 && ok2 && free < floor {
+				fmt.Fprintf(out, "CACHE DIRECTORY FULL: %.1f MiB free, new writes need %.1f MiB; they fail with ENOSPC until there is room\n", free/(1<<20), floor/(1<<20))
+			}
 			if r, ok := st.Extra[extraReplica].(map[string]any); ok {
 				fmt.Fprintf(out, "replica:    serves journal %v (manifest %v), %.1fs behind the newest durable state\n",
 					r["served_seq"], r["manifest"], r["lag_seconds"])

@@ -206,4 +206,6 @@ const (
 	// Set while every store request fails: since when, and the last error.
 	extraStoreUnreachableSince = "store_unreachable_since"
 	extraStoreLastError        = "store_last_error"
+	extraCacheDirFree          = "cache_dir_free"
+	extraCacheDirFloor         = "cache_dir_floor"
 )

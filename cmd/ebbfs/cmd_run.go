@@ -154,6 +154,10 @@ func (p *process) Status(ctx context.Context) admin.Status {
 	if p.lag != nil {
 		extra[extraReplica] = p.lag.get(ctx)
 	}
+	if free, floor, err := p.e.CacheDirSpace(); err == nil && !p.e.ReadOnly() {
+		extra[extraCacheDirFree] = free
+		extra[extraCacheDirFloor] = floor
+	}
 	if p.timed != nil {
 		if since, last := p.timed.Health(); !since.IsZero() {
 			extra[extraStoreUnreachableSince] = since
