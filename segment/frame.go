@@ -177,7 +177,9 @@ func lz4Worthwhile(plain []byte) bool {
 // extent with XAES-256-GCM; this costs about a microsecond on data that
 // does not compress and stops at the first 1/16 on data that does.
 func sampleCompressible(s []byte) bool {
-	const hashLog = 12
+	// 1024 slots for a 2 KiB sample: clearing the table is a good part of
+	// the cost on data that does not compress.
+	const hashLog = 10
 	var table [1 << hashLog]uint16 // position + 1 of the last 4 bytes with that hash
 	n := len(s)
 	want := n / 16
