@@ -88,11 +88,20 @@ func (e *Engine) Check(ctx context.Context, verifyData bool) (*FsckReport, error
 	return check(ctx, e.db, e.opts.Store, e.opts.Keys, FsckOptions{VerifyData: verifyData, Logger: e.log})
 }
 
+// fsckInode is what the check keeps of each inode: a million of them take
+// 32 bytes each, not the whole record's 128.
 type fsckInode struct {
-	rec   schema.Inode
-	links uint32 // dirents naming it
-	dirs  uint32 // subdirectories (for directories)
-	seen  bool   // reached from a parent dirent
+	rec    fsckRec
+	links  uint32 // dirents naming it
+	dirs   uint32 // subdirectories (for directories)
+	seen   bool   // reached from a parent dirent
+	rooted bool   // a directory whose parent chain is known to reach the root
+}
+
+// fsckRec is the part of an inode record the checks read.
+type fsckRec struct {
+	Mode, Nlink uint32
+	Parent      uint64
 }
 
 func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o FsckOptions) (*FsckReport, error) {
@@ -113,7 +122,7 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 			r.problem("inode %d: malformed record", ino)
 			return nil
 		}
-		inodes[ino] = &fsckInode{rec: rec}
+		inodes[ino] = &fsckInode{rec: fsckRec{Mode: rec.Mode, Nlink: rec.Nlink, Parent: rec.Parent}}
 		return nil
 	}); err != nil {
 		return nil, err
@@ -193,8 +202,11 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 			if ino != RootIno && n.links != 1 {
 				r.problem("directory %d is named %d times", ino, n.links)
 			}
-			// No cycles: the parent chain reaches the root.
+			// No cycles: the parent chain reaches the root. Directories
+			// found to reach it end later walks (linear in the
+			// directories, not in directories times depth).
 			cur, ok := ino, false
+			var chain []*fsckInode
 			for steps := 0; steps <= len(inodes); steps++ {
 				if cur == RootIno {
 					ok = true
@@ -204,10 +216,19 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 				if p == nil {
 					break
 				}
+				if p.rooted {
+					ok = true
+					break
+				}
+				chain = append(chain, p)
 				cur = p.rec.Parent
 			}
 			if !ok {
 				r.problem("directory %d does not reach the root through its parents (cycle or detached)", ino)
+				continue
+			}
+			for _, p := range chain {
+				p.rooted = true
 			}
 			continue
 		}
