@@ -358,34 +358,6 @@ func (p *faultProxy) String() string {
 		p.counts[0].Load(), p.counts[1].Load(), p.counts[2].Load(), p.counts[3].Load())
 }
 
-// serverPid finds the S3 server's process by the access key on its
-// command line (unique per server).
-func serverPid(t testing.TB, accessKey string) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range ents {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		for i := 0; i+1 < len(args); i++ {
-			if args[i] == "--access" && args[i+1] == accessKey && strings.HasSuffix(args[0], "versitygw") {
-				return pid
-			}
-		}
-	}
-	t.Fatalf("no versitygw process with access key %s", accessKey)
-	return 0
-}
-
 // ---- scraping a writer that may die at any moment ----
 
 // soakScrape sums the reclamation counters of the writer behind e's

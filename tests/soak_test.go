@@ -20,10 +20,10 @@ import (
 
 // The chaos soak: several workers change files on the mount and an NBD
 // export (qemu-io) with fsync/FLUSH at random, reclamation runs on its own
-// schedule, the real S3 server is stalled (SIGSTOP/SIGCONT) and a proxy in
-// front of it fails requests at random, and the writer is killed with
-// SIGKILL (or dies at a failpoint) and restarted, sometimes with its cache
-// directory wiped. After every restart each file must be one the model of
+// schedule, the real S3 server is stalled (SIGSTOP/SIGCONT) or killed and
+// restarted on its data, a proxy in front of it fails requests at random,
+// and the writer is killed with SIGKILL (or dies at a failpoint) and
+// restarted, sometimes with its cache directory wiped. After every restart each file must be one the model of
 // acknowledged barriers allows; at the end everything must be exactly as
 // written, the store must come back to the live bytes, and fsck
 // --verify-data must be clean.
@@ -507,7 +507,16 @@ func TestSoak(t *testing.T) {
 	e := newEnv(t, withS3(px.endpoint(), srv.Region, srv.Bucket, prefix, srv.AccessKey, srv.SecretKey),
 		withEnvVars("EBBFS_TEST_TIME_SCALE=200"))
 	e.init()
-	spid := serverPid(t, srv.AccessKey)
+	// The server's pid changes when it is killed and restarted.
+	var srvMu sync.Mutex
+	signalServer := func(sig syscall.Signal) {
+		srvMu.Lock()
+		defer srvMu.Unlock()
+		if err := syscall.Kill(srv.Pid(), sig); err != nil {
+			t.Errorf("%v to the S3 server: %v", sig, err)
+		}
+	}
+	defer signalServer(syscall.SIGCONT)
 	storeDir := filepath.Join(srv.Dir, "data", srv.Bucket, prefix)
 	px.setRate(soakBaseRate)
 
@@ -526,7 +535,7 @@ func TestSoak(t *testing.T) {
 		totals                       reclaimTotals
 		kills, stallKills, fpCrashes int
 		restarts, wiped              int
-		stalls, bursts               atomic.Int64
+		stalls, bursts, srvKills     atomic.Int64
 		stalled                      atomic.Int64 // nanoseconds
 		fpFired                      []string
 		lastOfFinal                  reclaimTotals // the last writer's counters when the workload stopped
@@ -608,19 +617,29 @@ func TestSoak(t *testing.T) {
 				if ph.calm.Load() {
 					return
 				}
-				if crng.IntN(2) == 0 {
+				switch r := crng.IntN(100); {
+				case r < 45:
 					d := time.Duration(2000+crng.IntN(4000)) * time.Millisecond
-					if err := syscall.Kill(spid, syscall.SIGSTOP); err != nil {
-						t.Errorf("SIGSTOP the S3 server: %v", err)
-						return
-					}
+					signalServer(syscall.SIGSTOP)
 					time.Sleep(d)
-					if err := syscall.Kill(spid, syscall.SIGCONT); err != nil {
-						t.Errorf("SIGCONT the S3 server: %v", err)
-					}
+					signalServer(syscall.SIGCONT)
 					stalls.Add(1)
 					stalled.Add(int64(d))
-				} else {
+				case r < 60:
+					// A crash of the server, restarted on the same data.
+					srvMu.Lock()
+					err := srv.Kill()
+					if err == nil {
+						time.Sleep(time.Duration(500+crng.IntN(2500)) * time.Millisecond)
+						err = srv.Restart()
+					}
+					srvMu.Unlock()
+					if err != nil {
+						t.Errorf("kill and restart the S3 server: %v", err)
+						return
+					}
+					srvKills.Add(1)
+				default:
 					px.setRate(soakBurstRate)
 					time.Sleep(time.Duration(3000+crng.IntN(5000)) * time.Millisecond)
 					px.setRate(soakBaseRate)
@@ -628,7 +647,6 @@ func TestSoak(t *testing.T) {
 				}
 			}
 		}()
-		defer syscall.Kill(spid, syscall.SIGCONT)
 
 		var last reclaimTotals
 		lastScrape := time.Now()
@@ -664,12 +682,10 @@ func TestSoak(t *testing.T) {
 				// Killed during a store stall, with barriers waiting
 				// for it; the next writer starts while the store is
 				// still stopped and recovers once it answers again.
-				if err := syscall.Kill(spid, syscall.SIGSTOP); err != nil {
-					t.Fatalf("SIGSTOP the S3 server: %v", err)
-				}
+				signalServer(syscall.SIGSTOP)
 				time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 				d := time.Duration(2000+rng.IntN(3000)) * time.Millisecond
-				time.AfterFunc(d, func() { _ = syscall.Kill(spid, syscall.SIGCONT) })
+				time.AfterFunc(d, func() { signalServer(syscall.SIGCONT) })
 				stallKills++
 			}
 			ph.killing.Store(true)
@@ -778,10 +794,10 @@ func TestSoak(t *testing.T) {
 		nw, nf, nz, nfl = nw+n.writes, nf+n.fuas, nz+n.zeroes, nfl+n.flushes
 	}
 	t.Logf("soak of %v (seed %d): %d file ops %v, %d acknowledged fsyncs; NBD (%d exports): %d writes (%d FUA), %d zero writes, %d flushes; "+
-		"%d SIGKILLs (%d during a store stall), %d failpoint crashes %v, %d restarts (%d with the cache wiped); %d store stalls (%v), %d error bursts; proxy: %s; "+
+		"%d SIGKILLs (%d during a store stall), %d failpoint crashes %v, %d restarts (%d with the cache wiped); %d store stalls (%v), %d server crashes and restarts, %d error bursts; proxy: %s; "+
 		"%.1f MiB verified; reclamation during the run: %.0f repacks (%.0f frames relocated), %.0f segments deleted",
 		dur, seed, nops, ops, fsyncs, soakNBDExports, nw, nf, nz, nfl,
-		kills, stallKills, fpCrashes, fpFired, restarts, wiped, stalls.Load(), time.Duration(stalled.Load()).Round(time.Millisecond), bursts.Load(), px,
+		kills, stallKills, fpCrashes, fpFired, restarts, wiped, stalls.Load(), time.Duration(stalled.Load()).Round(time.Millisecond), srvKills.Load(), bursts.Load(), px,
 		float64(verified)/mib, totals.repacks, totals.relocated, totals.deleted)
 	if kills == 0 {
 		t.Errorf("no SIGKILL in %v", dur)
@@ -789,8 +805,8 @@ func TestSoak(t *testing.T) {
 	if totals.repacks == 0 || totals.deleted == 0 {
 		t.Errorf("reclamation did not both repack (%.0f) and delete segments (%.0f) during the run", totals.repacks, totals.deleted)
 	}
-	if stalls.Load() == 0 || bursts.Load() == 0 {
-		t.Errorf("no store stall (%d) or error burst (%d) in %v", stalls.Load(), bursts.Load(), dur)
+	if stalls.Load()+srvKills.Load() == 0 {
+		t.Errorf("the store was neither stalled nor crashed in %v", dur)
 	}
 }
 
