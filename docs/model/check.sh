@@ -34,6 +34,7 @@ READER="-DOPS=2 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN"
 CKPT="-DOPS=2 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA"
 STALL="-DOPS=2 -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DSTALLS"
 LIVE="-DOPS=1 -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DLIVENESS"
+FAULT="-DOPS=2 -DCRASHES=1 -DZOMBIES=0 -DFAULTS=1 -DNOREPLICA -DNOADMIN"
 
 # kind|name|expect|spin defines|gcc flags|pan flags|bounds
 runs=(
@@ -43,13 +44,13 @@ runs=(
 	"main|checkpoint|pass|$CKPT|-DSAFETY||2 files, 4 segment ids, 2 writes/deletes, 1 persistent checkpoint created and deleted"
 	"main|stall|pass|$STALL|-DSAFETY||2 files, 4 segment ids, 2 writes/deletes, 1 crash, 1 journal stall of any length"
 	"main|liveness|pass|$LIVE|-DNFAIR=3|-a -f|2 files, 4 segment ids, 1 write/delete, 1 crash; weak fairness"
-	"main|faults|pass|${CRASH/-DFAULTS=0/-DFAULTS=1}|-DSAFETY||crash configuration + 1 counter under-count"
+	"main|faults|pass|$FAULT|-DSAFETY||2 files, 4 segment ids, 2 writes/deletes, 1 crash, 1 counter under-count"
 	"mutant|counter-before-delete|fail|$CRASH -DMUTANT_COUNTER_BEFORE_DELETE|-DSAFETY||crash configuration"
 	"mutant|repoint-before-upload|fail|$CRASH -DMUTANT_REPOINT_BEFORE_UPLOAD|-DSAFETY||crash configuration"
 	"mutant|drain-same-cycle|fail|$CRASH -DMUTANT_DRAIN_SAME_CYCLE|-DSAFETY||crash configuration"
 	"mutant|cutoff-before-flush|fail|$STALL -DMUTANT_CUTOFF_BEFORE_FLUSH|-DSAFETY||stall configuration"
 	"mutant|no-span-grace|fail|$READER -DMUTANT_NO_SPAN_GRACE|-DSAFETY||reader configuration"
-	"mutant|delete-before-barrier|fail|${CRASH/-DFAULTS=0/-DFAULTS=1} -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||faults configuration"
+	"mutant|delete-before-barrier|fail|$FAULT -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||faults configuration"
 	"finding|replica-pin-race|fail|$READER -DREPLICA_PIN_RACE|-DSAFETY||reader configuration, record written after the first view"
 	"finding|journal-stall-replica|fail|$READER -DSTALLS|-DSAFETY||reader configuration + 1 journal stall"
 	"finding|ephemeral-create-race|fail|$CKPT -DEPHEMERAL_CREATE|-DSAFETY||checkpoint configuration, ephemeral ttl 4 ticks"
