@@ -179,14 +179,6 @@ func (e *env) reclaimTotals() reclaimTotals {
 // read error on the replica; it reads while no writer runs; at the end it
 // holds exactly the writer's files. 2 minutes; 10 with make soak-replica.
 func TestReplicaChurn(t *testing.T) {
-	// Known bug (issue 10, open): under this churn a replica rarely reads
-	// zeroes at the end of a file (1 block in 102,216 in the last 2-minute
-	// run, 8 in 583,441 in the 10-minute soak). Until it is fixed the test
-	// runs, strict, in make soak-replica or with EBBFS_REPLICA_CHURN=1, and
-	// not in make test, where it would fail now and then.
-	if !soakReplica() && os.Getenv("EBBFS_REPLICA_CHURN") == "" {
-		t.Skip("known rare zero reads at the end of a file under churn (issue 10); run make soak-replica or set EBBFS_REPLICA_CHURN=1")
-	}
 	dur := 2 * time.Minute
 	if soakReplica() {
 		dur = 10 * time.Minute
