@@ -1,7 +1,7 @@
 package fs
 
 import (
-	"syscall"
+	"ebbfs.dev/ebbfs/lsm"
 )
 
 // The cache directory's filesystem holds the local metadata (Pebble) and
@@ -12,25 +12,19 @@ import (
 // first by asking the disk cache to give space back, and otherwise fails
 // the operation with ErrNoSpace (ENOSPC) before it changes anything. What
 // was accepted before is still flushed and made durable: the floor is
-// the room for that. Reads, deletes, renames and fsync go on; writes work
+// the room for that. (The metadata store, for its part, publishes no
+// manifest below the same floor.) Reads, deletes, renames and fsync go on; writes work
 // again as soon as there is room, without a remount.
 
 // cacheDiskFloor is the free space kept for the metadata on a cache
-// filesystem of total bytes: a fiftieth of it, between 8 MiB and 256 MiB
-// (less than the disk cache's own reserve, so the cache gives way first).
-func cacheDiskFloor(total int64) int64 {
-	return min(max(total/50, 8<<20), 256<<20)
-}
+// filesystem of total bytes (lsm.LocalFloor: a fiftieth of it, between
+// 8 MiB and 256 MiB; less than the disk cache's own reserve, so the cache
+// gives way first).
+func cacheDiskFloor(total int64) int64 { return lsm.LocalFloor(total) }
 
 // statfsCacheDir reports the size of the cache directory's filesystem and
 // the bytes free for use; tests replace it.
-var statfsCacheDir = func(dir string) (total, avail int64, err error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
-}
+var statfsCacheDir = func(dir string) (total, avail int64, err error) { return lsm.StatfsDir(dir) }
 
 // cacheDiskRoom fails with ErrNoSpace when the cache directory's
 // filesystem stays below its floor after the disk cache gave back what it

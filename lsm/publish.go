@@ -193,6 +193,9 @@ func (db *DB) checkpoint(ctx context.Context) (dir string, seq uint64, err error
 	if seq == latest {
 		return "", seq, nil
 	}
+	if err := db.localRoom(); err != nil {
+		return "", 0, fmt.Errorf("lsm: publish postponed: %w", err)
+	}
 	if err := os.MkdirAll(db.tmpDir(), 0o700); err != nil {
 		return "", 0, fmt.Errorf("lsm: publish: %w", err)
 	}

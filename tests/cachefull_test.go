@@ -268,6 +268,16 @@ func TestCacheDiskFull(t *testing.T) {
 	if w.exited() {
 		t.Fatalf("the writer exited with the cache disk full:\n%s", tail(w.out.String(), 40))
 	}
+	// A publication (a checkpoint forces one) waits for room instead of
+	// rotating Pebble's log on a full disk.
+	if r := e.ebbfs("checkpoint", "create", "full", "--ttl", "1m"); r.code == 0 || !strings.Contains(r.stderr, "full") {
+		t.Errorf("checkpoint create with the cache disk full: %s", r)
+	} else {
+		t.Logf("checkpoint create with the cache disk full: %s", strings.TrimSpace(r.stderr))
+	}
+	if w.exited() {
+		t.Fatalf("the writer exited on a publication with the cache disk full:\n%s", tail(w.out.String(), 60))
+	}
 	st := e.mustEbbfs("status").stdout
 	if !strings.Contains(st, "CACHE DIRECTORY FULL") {
 		t.Errorf("ebbfs status with the cache disk full does not say so:\n%s", st)
@@ -298,6 +308,8 @@ func TestCacheDiskFull(t *testing.T) {
 	if st := e.mustEbbfs("status").stdout; strings.Contains(st, "CACHE DIRECTORY FULL") {
 		t.Errorf("ebbfs status still says the cache directory is full:\n%s", st)
 	}
+	e.mustEbbfs("checkpoint", "create", "roomy", "--ttl", "1m")
+	e.mustEbbfs("checkpoint", "delete", "roomy")
 
 	// A crash: everything fsynced comes back, and fsck is clean.
 	w.kill()
