@@ -144,6 +144,12 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, off, length int64, ke
 		return err
 	}
 	defer e.release(n)
+	if !keepSize {
+		// Growing: bytes a crash left past the end must not show (grow.go).
+		if err := e.zeroPastEnd(ctx, n, off+length); err != nil {
+			return err
+		}
+	}
 	from := uint64(off) / extentSize
 	to := (uint64(off+length) + extentSize - 1) / extentSize
 	// Under the inode lock throughout: no write or flush commit can turn

@@ -78,6 +78,10 @@ func (e *Engine) truncate(ctx context.Context, ino uint64, size uint64) error {
 	if !regular {
 		return ErrInvalid
 	}
+	// Growing: bytes a crash left past the end must not show (grow.go).
+	if err := e.zeroPastEnd(ctx, n, int64(size)); err != nil {
+		return err
+	}
 	err = e.zeroRange(ctx, n, int64(size), 0, true, func(b *lsm.Batch) {
 		now := e.now()
 		n.attr.Size, n.attr.Mtime, n.attr.Ctime = size, now, now

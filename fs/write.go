@@ -94,6 +94,12 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 		return 0, err
 	}
 	defer e.release(n)
+	if !within {
+		// Bytes a crash left past the end must not show (grow.go).
+		if err := e.zeroPastEnd(ctx, n, off+int64(len(p))); err != nil {
+			return 0, err
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.attr.IsRegular() {

@@ -1,0 +1,111 @@
+package fs
+
+import (
+	"context"
+
+	"ebbfs.dev/ebbfs/segment"
+)
+
+// zeroPastEnd makes sure the bytes of the file's last extent past its end
+// read as zeroes before the file grows over them to newEnd (a write or a
+// truncation past the end, fallocate). In memory they are zeroes already,
+// but after a crash the store can hold the bytes from before a truncation
+// there: the truncation's new size reaches the store in a barrier whose
+// data flush ran before the truncation zeroed the tail in memory for the
+// next flush (truncate.go), and the crash comes before that flush. Such a
+// tail is zeroed into a dirty extent, which the next flush writes; a tail
+// that is zero already, a hole, or an extent held in memory is left as it
+// is (a dirty one is cleared in place).
+//
+// As in zeroRange, the committed bytes are read without the inode lock,
+// and the change is made only if nothing moved meanwhile.
+func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error {
+	for {
+		n.mu.RLock()
+		size := n.attr.Size
+		regular := n.attr.IsRegular()
+		idx, from := size/extentSize, size%extentSize
+		inMem := n.dirty[idx] != nil || n.flushing[idx] != nil
+		var ptr segment.Pointer
+		var hasPtr bool
+		var err error
+		if regular && !inMem {
+			ptr, hasPtr, err = e.visiblePointer(n.ino, idx)
+		}
+		n.mu.RUnlock()
+		if err != nil {
+			return err
+		}
+		if !regular || newEnd <= int64(size) || from == 0 || (!inMem && !hasPtr) {
+			return nil // not growing, no partial last extent, or a hole
+		}
+		var data []byte
+		if hasPtr {
+			if data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen}, ptr); err != nil {
+				return err
+			}
+			if zeroFrom(data, from) {
+				return nil
+			}
+		}
+		done, err := e.zeroPastEndApply(n, size, idx, from, inMem, ptr, hasPtr, data)
+		if done || err != nil {
+			return err
+		}
+	}
+}
+
+// zeroPastEndApply is zeroPastEnd's change, made if the size and the last
+// extent are still as zeroPastEnd saw them; otherwise it reports !done.
+func (e *Engine) zeroPastEndApply(n *inode, size, idx, from uint64, inMem bool, ptr segment.Pointer, hasPtr bool, data []byte) (done bool, err error) {
+	e.ptrMu.Lock()
+	defer e.ptrMu.Unlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.deleted {
+		return true, nil
+	}
+	if n.attr.Size != size || (n.dirty[idx] != nil || n.flushing[idx] != nil) != inMem {
+		return false, nil
+	}
+	if buf := n.dirty[idx]; buf != nil {
+		clear(buf[from:])
+		return true, nil
+	}
+	if inMem {
+		data = n.flushing[idx].data
+		if zeroFrom(data, from) {
+			return true, nil
+		}
+	} else {
+		p, ok, err := e.visiblePointer(n.ino, idx)
+		if err != nil {
+			return true, err
+		}
+		if ok != hasPtr || p != ptr {
+			return false, nil
+		}
+	}
+	buf := getExtentBuf()
+	clear(buf[copy(buf, data):])
+	clear(buf[from:])
+	if len(n.res) > 0 {
+		n.res = unreserve(n.res, idx, idx+1) // the data takes its place
+	}
+	n.dirty[idx] = buf
+	e.dirtyBytes.Add(extentSize)
+	return true, nil
+}
+
+// zeroFrom reports whether b holds only zeroes from offset from on.
+func zeroFrom(b []byte, from uint64) bool {
+	if uint64(len(b)) <= from {
+		return true
+	}
+	for _, c := range b[from:] {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
