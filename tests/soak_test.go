@@ -542,6 +542,7 @@ func TestSoak(t *testing.T) {
 	)
 	start := time.Now()
 	var p *proc
+	var procs []*proc // every writer, for its log
 	for phase := 1; ; phase++ {
 		phaseEnd := start.Add(dur)
 		if k := time.Now().Add(killEvery()); k.Before(phaseEnd.Add(-20 * time.Second)) {
@@ -561,6 +562,7 @@ func TestSoak(t *testing.T) {
 		} else {
 			p = e.start()
 		}
+		procs = append(procs, p)
 		ph := &soakPhase{p: p}
 		if !waitMountedOrExit(p) {
 			fpCrashes++
@@ -763,6 +765,7 @@ func TestSoak(t *testing.T) {
 	}
 	p.stop()
 	p = e.mount()
+	procs = append(procs, p)
 	for _, w := range workers {
 		w.check(true, "after a clean restart")
 	}
@@ -799,6 +802,23 @@ func TestSoak(t *testing.T) {
 		dur, seed, nops, ops, fsyncs, soakNBDExports, nw, nf, nz, nfl,
 		kills, stallKills, fpCrashes, fpFired, restarts, wiped, stalls.Load(), time.Duration(stalled.Load()).Round(time.Millisecond), srvKills.Load(), bursts.Load(), px,
 		float64(verified)/mib, totals.repacks, totals.relocated, totals.deleted)
+	logged := map[string]int{}
+	for _, p := range procs {
+		for _, line := range strings.Split(p.out.String(), "\n") {
+			if !strings.Contains(line, "level=ERROR") {
+				continue
+			}
+			msg := line
+			if _, m, ok := strings.Cut(line, "msg="); ok {
+				msg = m
+				if i := strings.Index(m, "\" "); i >= 0 {
+					msg = m[:i+1]
+				}
+			}
+			logged[msg]++
+		}
+	}
+	t.Logf("the writers logged %d distinct errors: %v", len(logged), logged)
 	if kills == 0 {
 		t.Errorf("no SIGKILL in %v", dur)
 	}
