@@ -7,14 +7,15 @@ import (
 // The cache directory's filesystem holds the local metadata (Pebble) and
 // the disk cache of frames. Pebble cannot lose a write it accepted: a
 // failed write-ahead log or manifest write stops the process. So before
-// it accepts new data (write, fallocate) or new extended attributes, the
-// engine makes sure that filesystem has at least cacheDiskFloor free,
-// first by asking the disk cache to give space back, and otherwise fails
-// the operation with ErrNoSpace (ENOSPC) before it changes anything. What
-// was accepted before is still flushed and made durable: the floor is
-// the room for that. (The metadata store, for its part, publishes no
-// manifest below the same floor.) Reads, deletes, renames and fsync go on; writes work
-// again as soon as there is room, without a remount.
+// it accepts new data (write, fallocate), a new name (create, mkdir,
+// mknod, symlink) or a new extended attribute, the engine makes sure
+// that filesystem has at least cacheDiskFloor free, first by asking the
+// disk cache to give space back, and otherwise fails the operation with
+// ErrNoSpace (ENOSPC) before it changes anything. What was accepted
+// before is still flushed and made durable: the floor is the room for
+// that. (The metadata store publishes no manifest below the same floor.)
+// Reads, deletes, renames and fsync go on; writes work again as soon as
+// there is room, without a remount.
 
 // cacheDiskFloor is the free space kept for the metadata on a cache
 // filesystem of total bytes (lsm.LocalFloor: a fiftieth of it, between

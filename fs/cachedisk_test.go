@@ -9,7 +9,7 @@ import (
 )
 
 // TestCacheDiskFullRefusesNewWrites: with the cache directory's filesystem
-// below its floor, a write and a setxattr fail with ErrNoSpace and change
+// below its floor, a write, a mkdir and a setxattr fail with ErrNoSpace and change
 // nothing, while data accepted before is still made durable, reads and
 // deletes go on; once there is room, writes work again on the same engine.
 func TestCacheDiskFullRefusesNewWrites(t *testing.T) {
@@ -35,6 +35,9 @@ func TestCacheDiskFullRefusesNewWrites(t *testing.T) {
 	avail.Store(floor - 1)
 	if _, err := f.e.Write(ctx, ino, []byte("more"), int64(len(before))); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("write with the cache disk full: %v, want ErrNoSpace", err)
+	}
+	if _, err := f.e.Mkdir(ctx, RootIno, "d", 0o755, 0, 0); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("mkdir with the cache disk full: %v, want ErrNoSpace", err)
 	}
 	if err := f.e.SetXattr(ctx, ino, "user.x", []byte("v"), 0); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("setxattr with the cache disk full: %v, want ErrNoSpace", err)

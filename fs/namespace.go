@@ -155,6 +155,9 @@ func (e *Engine) create(parent uint64, name string, mode, rdev, uid, gid uint32,
 	if err := e.writable(); err != nil {
 		return Attr{}, err
 	}
+	if err := e.cacheDiskRoom(); err != nil {
+		return Attr{}, err
+	}
 	if err := checkName(name); err != nil {
 		return Attr{}, err
 	}

@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,6 +36,7 @@ func (db *DB) publishDueLocked() bool {
 // the ManifestInterval timer.
 func (db *DB) publishLoop() {
 	defer db.wg.Done()
+	postponed := false
 	for {
 		select {
 		case <-db.stopCh:
@@ -49,10 +51,13 @@ func (db *DB) publishLoop() {
 			continue
 		}
 		if seq, err := db.Publish(db.bgCtx); err != nil {
-			if db.bgCtx.Err() == nil {
+			full := errors.Is(err, ErrLocalFull)
+			if db.bgCtx.Err() == nil && (!full || !postponed) {
 				db.opts.Logger.Warn("lsm: background manifest publication failed; will retry", "err", err)
 			}
+			postponed = full // a full disk is logged once, not at every barrier
 		} else {
+			postponed = false
 			db.opts.Logger.Info("lsm: manifest published", "seq", seq)
 		}
 	}

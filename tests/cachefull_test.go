@@ -240,14 +240,26 @@ func TestCacheDiskFull(t *testing.T) {
 	synced["held"], sizes["held"] = 300, 256
 	errsB := &appErrs{seen: map[string]int{}}
 	for i := range 10 {
-		name := fmt.Sprintf("b%d.0", 200+i)
-		errsB.add("write", put(name, uint64(200+i), 64))
-		errsB.add("mkdir", os.Mkdir(e.path(fmt.Sprintf("db%d", i)), 0o755))
-		if err := os.Remove(e.path(name)); err == nil {
-			delete(synced, name)
-		} else {
-			errsB.add("unlink", err)
+		// New data into an existing file, a new file, a new directory.
+		f, err := os.OpenFile(e.path(fmt.Sprintf("a%d.0", 100+i)), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
+		_, err = f.Write(blocks(999, 0, 1, 1))
+		f.Close()
+		errsB.add("write", err)
+		errsB.add("create", os.WriteFile(e.path(fmt.Sprintf("b%d.0", 200+i)), nil, 0o644))
+		errsB.add("mkdir", os.Mkdir(e.path(fmt.Sprintf("db%d", i)), 0o755))
+	}
+	// Deletes and renames go on.
+	for i := range 5 {
+		name := fmt.Sprintf("a%d.0", 100+i)
+		errsB.add("unlink", os.Remove(e.path(name)))
+		delete(synced, name)
+		from, to := fmt.Sprintf("a%d.0", 105+i), fmt.Sprintf("r%d.0", 105+i)
+		errsB.add("rename", os.Rename(e.path(from), e.path(to)))
+		synced[to], sizes[to] = synced[from], sizes[from]
+		delete(synced, from)
 	}
 	for name, id := range synced {
 		b, err := os.ReadFile(e.path(name))
@@ -258,12 +270,16 @@ func TestCacheDiskFull(t *testing.T) {
 	}
 	t.Logf("errors applications saw with the cache disk full: %s", errsB)
 	for k := range errsB.seen {
-		if k != "write: no space left on device" {
-			t.Errorf("with the cache disk full: %s (want only ENOSPC on writes)", k)
+		switch k {
+		case "write: no space left on device", "create: no space left on device", "mkdir: no space left on device":
+		default:
+			t.Errorf("with the cache disk full: %s (want ENOSPC for new data and names only)", k)
 		}
 	}
-	if n := errsB.seen["write: no space left on device"]; n != 10 {
-		t.Errorf("%d of 10 writes failed with ENOSPC with %.1f MiB free on the cache disk and nothing cached", n, float64(c.free(t))/mib)
+	for _, op := range []string{"write", "create", "mkdir"} {
+		if n := errsB.seen[op+": no space left on device"]; n != 10 {
+			t.Errorf("%d of 10 %s calls failed with ENOSPC with %.1f MiB free on the cache disk and nothing cached", n, op, float64(c.free(t))/mib)
+		}
 	}
 	if w.exited() {
 		t.Fatalf("the writer exited with the cache disk full:\n%s", tail(w.out.String(), 40))
