@@ -2,6 +2,8 @@ package fs
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
 
 	"ebbfs.dev/ebbfs/internal/retry"
@@ -9,14 +11,65 @@ import (
 	"ebbfs.dev/ebbfs/segment"
 )
 
-// storeRead runs op, a read of frames from the store, and waits out store
-// outages: data that no cache holds is read when the store answers again
-// (as fsync waits for it), instead of failing the application with EIO.
-// Only the caller giving up (an interrupted request, shutdown) or an error
-// that is not an outage ends it early.
+// Reads and the read half of a partial-extent write never wait for the
+// store holding the inode lock: a stat of the file, and so a lookup or a
+// readdir in its directory, must not wait for a store outage to end. The
+// first attempt under the lock serves only what is in memory or in the
+// caches (cacheOnly); what it misses is fetched without the lock, waiting
+// out outages (storeRead), and the second attempt finds it cached. (That
+// attempt may fetch under the lock what was evicted meanwhile, so that a
+// small cache cannot make it go round for ever.) A local-directory store
+// has no outages and no disk cache: its reads go straight through.
+
+// errCacheOnly cancels the context of a first attempt, so that anything
+// not cached fails at once instead of going to the store.
+var errCacheOnly = errors.New("fs: cache-only attempt")
+
+// cacheOnly returns the context for a first attempt: ctx, cancelled with
+// errCacheOnly unless the store is a local directory.
+func (e *Engine) cacheOnly(ctx context.Context) context.Context {
+	if objstore.IsLocal(e.opts.Store) {
+		return ctx
+	}
+	c, cancel := context.WithCancelCause(ctx)
+	cancel(errCacheOnly)
+	return c
+}
+
+// missed reports an error of a cache-only attempt: a frame to fetch.
+func missed(ctx context.Context, err error) bool {
+	return err != nil && errors.Is(err, context.Canceled) && context.Cause(ctx) == errCacheOnly
+}
+
+// storeMiss is a run of frames a cache-only attempt did not find.
+type storeMiss struct {
+	ids  []segment.FrameID
+	ptrs []segment.Pointer
+}
+
+// storeRead runs op, which reads from the store without holding an inode
+// lock, until it does not fail for a store outage: data that no cache
+// holds is read when the store answers again (as fsync waits for it),
+// instead of failing the application with EIO. Only the caller giving up
+// (an interrupted request, shutdown) or an error that is not an outage
+// ends it early.
 func (e *Engine) storeRead(ctx context.Context, what string, op func() error) error {
 	return retry.Do(ctx, retry.Policy{Clock: e.clk, Logger: e.log,
 		Permanent: func(err error) bool { return !objstore.IsUnavailable(err) }}, what, op)
+}
+
+// fetch reads the missed runs into the caches, waiting out outages.
+func (e *Engine) fetch(ctx context.Context, misses []storeMiss) error {
+	for _, m := range misses {
+		err := e.storeRead(ctx, "read "+segment.Key(m.ptrs[0].Segment), func() error {
+			_, err := e.rd.ReadRun(ctx, m.ids, m.ptrs)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // readCommitted reads an extent from its segment; nil means a hole.
@@ -25,12 +78,7 @@ func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, er
 	if err != nil || !ok {
 		return nil, err
 	}
-	var b []byte
-	err = e.storeRead(ctx, "read "+segment.Key(p.Segment), func() (err error) {
-		b, err = e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
-		return err
-	})
-	return b, err
+	return e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
 }
 
 // extentLocked returns the current bytes of extent idx (nil: zeroes).
@@ -97,6 +145,30 @@ func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64) (int
 		return 0, err
 	}
 	defer e.release(n)
+	// A read-ahead under way over this range fetches it: wait for it (not
+	// holding the inode lock, as it may wait for the store).
+	if ra := n.ra.Load(); ra != nil && off < ra.to && off+int64(len(p)) > ra.from {
+		select {
+		case <-ra.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	var misses []storeMiss
+	nr, err := e.readOnce(e.cacheOnly(ctx), n, p, off, &misses)
+	if len(misses) == 0 {
+		return nr, err
+	}
+	if err := e.fetch(ctx, misses); err != nil {
+		return 0, err
+	}
+	return e.readOnce(ctx, n, p, off, nil)
+}
+
+// readOnce is read under the inode's lock, one attempt. With misses, what
+// a cache-only attempt (ctx from cacheOnly) did not find is appended to it
+// (the result is then incomplete).
+func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, misses *[]storeMiss) (int, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.attr.IsDir() {
@@ -110,15 +182,11 @@ func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64) (int
 		p = p[:size-off]
 	}
 	end := off + int64(len(p))
-	if ra := n.ra.Load(); ra != nil && off < ra.to && end > ra.from {
-		select {
-		case <-ra.done:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
-	if err := e.readRangeLocked(ctx, n, p, off); err != nil {
+	if err := e.readRangeLocked(ctx, n, p, off, misses); err != nil {
 		return 0, err
+	}
+	if misses != nil && len(*misses) > 0 {
+		return 0, nil
 	}
 	if prev := n.seqEnd.Swap(end); prev == off {
 		e.readAhead(n.ino, end, size, n)
@@ -194,8 +262,9 @@ func (e *Engine) prefetch(ctx context.Context, ino uint64, from, to int64) {
 }
 
 // readRangeLocked fills p from off, fetching runs of committed extents that
-// sit next to each other in one segment with one request.
-func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64) error {
+// sit next to each other in one segment with one request. With misses, the
+// runs a cache-only attempt did not find are appended to it instead.
+func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64, misses *[]storeMiss) error {
 	first := uint64(off) / extentSize
 	last := uint64(off+int64(len(p))-1) / extentSize
 	var runIdx []uint64
@@ -216,11 +285,12 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		if len(runIdx) == 0 {
 			return nil
 		}
-		var datas [][]byte
-		err := e.storeRead(ctx, "read "+segment.Key(runPtrs[0].Segment), func() (err error) {
-			datas, err = e.rd.ReadRun(ctx, runIDs, runPtrs)
-			return err
-		})
+		datas, err := e.rd.ReadRun(ctx, runIDs, runPtrs)
+		if misses != nil && missed(ctx, err) {
+			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
+			runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0]
+			return nil
+		}
 		if err != nil {
 			return err
 		}

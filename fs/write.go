@@ -100,6 +100,30 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 			return 0, err
 		}
 	}
+	// A write into part of an extent keeps the rest of its bytes, which may
+	// have to come from the store: that is fetched without the inode lock
+	// (see read.go), and the write done again (the bytes of a partly done
+	// attempt are the same).
+	var miss uint64
+	missing := false
+	nw, err := e.writeOnce(e.cacheOnly(ctx), n, p, off, within, &miss, &missing)
+	if !missing {
+		return nw, err
+	}
+	err = e.storeRead(ctx, "read-modify-write", func() error {
+		_, err := e.readCommitted(ctx, n.ino, miss)
+		return err
+	})
+	if err != nil {
+		return nw, err
+	}
+	return e.writeOnce(ctx, n, p, off, within, nil, nil)
+}
+
+// writeOnce is write under the inode's lock, one attempt. With missing, a
+// cache-only attempt (ctx from cacheOnly) that needs an extent from the
+// store sets it and miss and returns.
+func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, within bool, miss *uint64, missing *bool) (int, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.attr.IsRegular() {
@@ -131,6 +155,9 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 					var err error
 					if base, err = e.extentLocked(ctx, n, idx); err != nil {
 						putExtentBuf(buf)
+						if missing != nil && missed(ctx, err) {
+							*miss, *missing = idx, true
+						}
 						// The bytes already copied are written: the
 						// size and times must say so.
 						if pos > off {

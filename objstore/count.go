@@ -162,6 +162,9 @@ func (c *Counting) Put(ctx context.Context, key string, data []byte, opts PutOpt
 
 // Get implements Store.
 func (c *Counting) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil { // not sent: not a request
+		return nil, err
+	}
 	b, err := c.s.Get(ctx, key)
 	c.addFor(dirs(key), Counts{Get: 1, BytesDown: int64(len(b))})
 	return b, err
@@ -169,6 +172,9 @@ func (c *Counting) Get(ctx context.Context, key string) ([]byte, error) {
 
 // GetRange implements Store.
 func (c *Counting) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
+	if err := ctx.Err(); err != nil { // not sent: not a request
+		return nil, err
+	}
 	b, err := c.s.GetRange(ctx, key, off, length)
 	c.addFor(dirs(key), Counts{GetRange: 1, BytesDown: int64(len(b))})
 	return b, err
@@ -179,6 +185,9 @@ var _ RangeReader = (*Counting)(nil)
 // ReadRange implements RangeReader (with the wrapped store's ReadRange if it
 // has one); it counts as a GetRange.
 func (c *Counting) ReadRange(ctx context.Context, key string, off int64, dst []byte) error {
+	if err := ctx.Err(); err != nil { // not sent: not a request
+		return err
+	}
 	err := ReadRange(ctx, c.s, key, off, dst)
 	d := Counts{GetRange: 1}
 	if err == nil {

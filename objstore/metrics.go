@@ -141,6 +141,9 @@ func (t *Timed) Put(ctx context.Context, key string, data []byte, opts PutOption
 
 // Get implements Store.
 func (t *Timed) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil { // not sent: not a request
+		return nil, err
+	}
 	start, id := time.Now(), t.begin("get")
 	b, err := t.s.Get(ctx, key)
 	t.done(id, "get", start, len(b), err)
@@ -149,6 +152,9 @@ func (t *Timed) Get(ctx context.Context, key string) ([]byte, error) {
 
 // GetRange implements Store.
 func (t *Timed) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
+	if err := ctx.Err(); err != nil { // not sent: not a request
+		return nil, err
+	}
 	start, id := time.Now(), t.begin("get_range")
 	b, err := t.s.GetRange(ctx, key, off, length)
 	t.done(id, "get_range", start, len(b), err)
@@ -157,6 +163,9 @@ func (t *Timed) GetRange(ctx context.Context, key string, off, length int64) ([]
 
 // ReadRange implements RangeReader; it counts as a get_range.
 func (t *Timed) ReadRange(ctx context.Context, key string, off int64, dst []byte) error {
+	if err := ctx.Err(); err != nil { // not sent: not a request
+		return err
+	}
 	start, id := time.Now(), t.begin("get_range")
 	err := ReadRange(ctx, t.s, key, off, dst)
 	n := 0

@@ -112,16 +112,15 @@ func (w *workload) start(fileWorkers int) {
 // duringOutage writes a file and fsyncs it, and writes the last NBD
 // region and flushes it with qemu-io, both in the background; the
 // returned function waits for both (at most d) and reports what each
-// returned and how long it took. Both are recorded in the model.
-func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr error, fsyncTook, flushTook time.Duration) {
+// returned and when. Both are recorded in the model.
+func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr error, fsyncDone, flushDone time.Time) {
 	type res struct {
 		err  error
-		took time.Duration
+		done time.Time
 	}
 	fs, fl := make(chan res, 1), make(chan res, 1)
 	name, data := "f950.0", blocks(950, 0, 12, 1)
 	go func() {
-		start := time.Now()
 		err := os.WriteFile(w.e.path(name), data, 0o644)
 		if err == nil {
 			var f *os.File
@@ -132,11 +131,10 @@ func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr erro
 				}
 			}
 		}
-		fs <- res{err, time.Since(start)}
+		fs <- res{err, time.Now()}
 	}()
 	const pat = 0xee
 	go func() {
-		start := time.Now()
 		cmd := w.e.command(context.Background(), "qemu-io", "-f", "raw",
 			"-c", fmt.Sprintf("write -P %d %d %d", pat, (nbdRegions-1)*nbdRegion, nbdWrite),
 			"-c", "flush", "nbd://"+w.e.nbdAddr+"/"+nbdExport)
@@ -144,9 +142,9 @@ func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr erro
 		if err == nil && (bytes.Contains(out, []byte("failed")) || bytes.Contains(out, []byte("rror"))) {
 			err = fmt.Errorf("qemu-io: %s", out)
 		}
-		fl <- res{err, time.Since(start)}
+		fl <- res{err, time.Now()}
 	}()
-	return func() (error, error, time.Duration, time.Duration) {
+	return func() (error, error, time.Time, time.Time) {
 		timeout := time.After(d)
 		var a, b res
 		for i := 0; i < 2; i++ {
@@ -167,7 +165,7 @@ func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr erro
 				w.e.t.Fatalf("the fsync and NBD FLUSH started during the outage did not both return within %s of its end", d)
 			}
 		}
-		return a.err, b.err, a.took, b.took
+		return a.err, b.err, a.done, b.done
 	}
 }
 

@@ -99,6 +99,11 @@ const (
 type sampler struct {
 	p *process
 
+	// Listed from the store, refreshed in the background so that an
+	// unreachable store does not stall the readers of the state.
+	ckpts refreshed[[]checkpoint.Record]
+	meta  refreshed[metaFootprint]
+
 	mu struct {
 		sync.Mutex
 		space     *spaceReply
@@ -106,33 +111,26 @@ type sampler struct {
 		spaceTook time.Duration // how long that computation took
 		spaceErr  string
 		spaceAt   time.Time
-		metaObjs  int
-		metaBytes int64
-		metaErr   string
-		metaAt    time.Time
-		ckpts     []checkpoint.Record
-		ckptErr   string
-		ckptAt    time.Time
 	}
 }
 
+// metaFootprint is the size of meta/.
+type metaFootprint struct {
+	objects int
+	bytes   int64
+}
+
 // checkpoints returns the checkpoint list, listed at most every
-// checkpointsTTL.
+// checkpointsTTL (see refreshed: while the store does not answer, the
+// last list and the error).
 func (s *sampler) checkpoints(ctx context.Context) ([]checkpoint.Record, string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.mu.ckptAt.IsZero() && time.Since(s.mu.ckptAt) < checkpointsTTL {
-		return s.mu.ckpts, s.mu.ckptErr
+	recs, errStr, _ := s.ckpts.get(ctx, checkpointsTTL, func(ctx context.Context) ([]checkpoint.Record, error) {
+		return checkpoint.List(ctx, s.p.st)
+	})
+	if recs == nil {
+		recs = []checkpoint.Record{}
 	}
-	recs, err := checkpoint.List(ctx, s.p.st)
-	s.mu.ckpts, s.mu.ckptErr, s.mu.ckptAt = recs, "", time.Now()
-	if err != nil {
-		s.mu.ckptErr = err.Error()
-	}
-	if s.mu.ckpts == nil {
-		s.mu.ckpts = []checkpoint.Record{}
-	}
-	return s.mu.ckpts, s.mu.ckptErr
+	return recs, errStr
 }
 
 // space returns the writer's footprint: the counter scan at most every
@@ -140,6 +138,10 @@ func (s *sampler) checkpoints(ctx context.Context) ([]checkpoint.Record, string)
 // the cached checkpoint list.
 func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, string, time.Time) {
 	recs, ckErr := s.checkpoints(ctx)
+	meta, metaErr, _ := s.meta.get(ctx, metaTTL, func(ctx context.Context) (metaFootprint, error) {
+		n, b, err := bg.gc.Footprint(ctx)
+		return metaFootprint{n, b}, err
+	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gen := s.spaceGeneration(bg)
@@ -163,15 +165,8 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 	} else {
 		rep.AddPinned(recs)
 	}
-	if s.mu.metaAt.IsZero() || time.Since(s.mu.metaAt) >= metaTTL {
-		n, b, err := bg.gc.Footprint(ctx)
-		s.mu.metaObjs, s.mu.metaBytes, s.mu.metaErr, s.mu.metaAt = n, b, "", time.Now()
-		if err != nil {
-			s.mu.metaErr = err.Error()
-		}
-	}
-	out := &spaceReply{SpaceReport: rep, MetaError: s.mu.metaErr}
-	out.MetaObjects, out.MetaBytes = s.mu.metaObjs, s.mu.metaBytes
+	out := &spaceReply{SpaceReport: rep, MetaError: metaErr}
+	out.MetaObjects, out.MetaBytes = meta.objects, meta.bytes
 	s.mu.space, s.mu.spaceErr, s.mu.spaceAt, s.mu.spaceGen = out, "", time.Now(), gen
 	return out, "", s.mu.spaceAt
 }
