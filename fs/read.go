@@ -36,9 +36,11 @@ func (e *Engine) cacheOnly(ctx context.Context) context.Context {
 	return c
 }
 
-// missed reports an error of a cache-only attempt: a frame to fetch.
+// missed reports an error of a cache-only attempt: a frame to fetch
+// (whatever the error: a store that does not look at the context may have
+// been asked and failed; the attempt without the lock finds out).
 func missed(ctx context.Context, err error) bool {
-	return err != nil && errors.Is(err, context.Canceled) && context.Cause(ctx) == errCacheOnly
+	return err != nil && context.Cause(ctx) == errCacheOnly
 }
 
 // storeMiss is a run of frames a cache-only attempt did not find.
