@@ -240,11 +240,13 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	slow := objstore.NewFaulty(base)
-	e, err := Open(ctx, Options{Store: slow, Keys: k, CacheDir: t.TempDir(), FlushInterval: time.Hour, SegmentTarget: 256 << 10})
+	gate := &putGate{Store: slow}
+	// No background flush: 10 extents stay below the segment target.
+	e, err := Open(ctx, Options{Store: gate, Keys: k, CacheDir: t.TempDir(), FlushInterval: time.Hour, SegmentTarget: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close(ctx)
+	defer func() { e.Close(ctx) }()
 	// covered fails the test if the stored record's size reaches over an
 	// extent with no committed pointer (all data written here is nonzero).
 	covered := func(what string, ino uint64) uint64 {
@@ -263,14 +265,15 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 
 	a, _ := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
 	e.Write(ctx, a.Ino, randBytes(1, 10*extentSize), 0)
-	slow.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: "segments/", Latency: 300 * time.Millisecond})
+	entered, release := gate.arm()
 	done := make(chan error, 1)
 	go func() { done <- e.Seal(ctx) }()
-	time.Sleep(100 * time.Millisecond) // the snapshot is taken, the upload is slow
+	<-entered // the snapshot is taken; its upload waits
 	if _, err := e.SetAttr(ctx, a.Ino, SetAttr{Valid: SetSize, Size: 3 * extentSize}); err != nil {
 		t.Fatal(err)
 	}
 	e.Write(ctx, a.Ino, randBytes(2, 3*extentSize), 3*extentSize)
+	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -286,6 +289,14 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 
 	// A 2 MiB file flushed as several 256 KiB segments: check the record
 	// while a later segment is still uploading.
+	// Small segments, each upload slow.
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e, err = Open(ctx, Options{Store: gate, Keys: k, CacheDir: t.TempDir(), FlushInterval: time.Hour, SegmentTarget: 256 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	slow.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: "segments/", Latency: 300 * time.Millisecond})
 	b, _ := e.Create(ctx, RootIno, "g", 0o644, 0, 0)
 	e.Write(ctx, b.Ino, randBytes(3, 64*extentSize), 0)
 	go func() { done <- e.Seal(ctx) }()
@@ -316,4 +327,33 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 func hasPointer(e *Engine, ino uint64) bool {
 	_, ok, _ := e.pointer(ino, 0)
 	return ok
+}
+
+// putGate holds the next segment PUT once armed: entered is closed when
+// it arrives, and it goes on when release is closed.
+type putGate struct {
+	objstore.Store
+	mu               sync.Mutex
+	entered, release chan struct{}
+}
+
+func (g *putGate) arm() (entered, release chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.entered, g.release = make(chan struct{}), make(chan struct{})
+	return g.entered, g.release
+}
+
+func (g *putGate) Put(ctx context.Context, key string, data []byte, opts objstore.PutOptions) (string, error) {
+	if strings.HasPrefix(key, "segments/") {
+		g.mu.Lock()
+		entered, release := g.entered, g.release
+		g.entered = nil
+		g.mu.Unlock()
+		if entered != nil {
+			close(entered)
+			<-release
+		}
+	}
+	return g.Store.Put(ctx, key, data, opts)
 }
