@@ -130,6 +130,10 @@ type MetaGC struct {
 		passes          int
 		totals          MetaGCTotals
 		next            time.Time // wall time of the next timed pass (zero: not started)
+		// prunable is when the first ephemeral record the last pass saw
+		// may be pruned (zero: none): an idle writer's timed passes run
+		// again from then on.
+		prunable time.Time
 	}
 }
 
@@ -213,7 +217,9 @@ func (g *MetaGC) loop() {
 	// succeeded at the same manifest horizon, nothing new can have become
 	// unreferenced (tables and manifests appear only with a new manifest;
 	// a deleted checkpoint calls Trigger), so timed passes are skipped
-	// until the horizon moves.
+	// until the horizon moves, or until a reader's record seen by the
+	// last pass may have expired for longer than its span (a killed
+	// replica's record is then pruned).
 	var lastHorizon uint64
 	cleanPasses := 0
 	for {
@@ -235,7 +241,10 @@ func (g *MetaGC) loop() {
 		if horizon != lastHorizon {
 			lastHorizon, cleanPasses = horizon, 0
 		}
-		if !triggered && cleanPasses >= 2 {
+		g.mu.Lock()
+		prunable := g.mu.prunable
+		g.mu.Unlock()
+		if !triggered && cleanPasses >= 2 && (prunable.IsZero() || g.o.Clock.Now().Before(prunable)) {
 			wait = g.o.Interval
 			continue
 		}
@@ -359,6 +368,15 @@ func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
 			return fmt.Errorf("reclaim: metadata gc: checkpoint list unreadable; deleting nothing: %w", err)
 		}
 		p.checkpoints = len(recs)
+		var prunable time.Time
+		for _, r := range recs {
+			if at := r.ExpireTime.Add(r.Span()); r.Kind == checkpoint.Ephemeral && !r.ExpireTime.IsZero() && (prunable.IsZero() || at.Before(prunable)) {
+				prunable = at
+			}
+		}
+		g.mu.Lock()
+		g.mu.prunable = prunable
+		g.mu.Unlock()
 		for _, r := range recs {
 			if err := addManifest(r.ManifestSeq, "checkpoint "+strconv.Quote(r.Name)); err != nil {
 				return err

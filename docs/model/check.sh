@@ -48,7 +48,7 @@ runs=(
 	"mutant|counter-before-delete|fail|$CRASH -DMUTANT_COUNTER_BEFORE_DELETE|-DSAFETY||crash configuration"
 	"mutant|repoint-before-upload|fail|$CRASH -DMUTANT_REPOINT_BEFORE_UPLOAD|-DSAFETY||crash configuration"
 	"mutant|drain-same-cycle|fail|$CRASH -DMUTANT_DRAIN_SAME_CYCLE|-DSAFETY||crash configuration"
-	"mutant|cutoff-before-flush|fail|$STALL -DMUTANT_CUTOFF_BEFORE_FLUSH|-DSAFETY||stall configuration"
+	"mutant|cutoff-before-flush|fail|$STALL -DMUTANT_CUTOFF_BEFORE_FLUSH -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||stall configuration, without the barrier before the DELETE either"
 	"mutant|no-span-grace|fail|$READER -DMUTANT_NO_SPAN_GRACE|-DSAFETY||reader configuration"
 	"mutant|delete-before-barrier|fail|$FAULT -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||faults configuration"
 	"finding|replica-pin-race|fail|$READER -DREPLICA_PIN_RACE|-DSAFETY||reader configuration, record written after the first view"
