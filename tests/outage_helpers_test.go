@@ -113,7 +113,14 @@ func (w *workload) start(fileWorkers int) {
 // region and flushes it with qemu-io, both in the background; the
 // returned function waits for both (at most d) and reports what each
 // returned and when. Both are recorded in the model.
-func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr error, fsyncDone, flushDone time.Time) {
+// duringResult is what the fsync and the NBD FLUSH of duringOutage
+// returned, and when.
+type duringResult struct {
+	fsyncErr, flushErr   error
+	fsyncDone, flushDone time.Time
+}
+
+func (w *workload) duringOutage(d time.Duration) func() duringResult {
 	type res struct {
 		err  error
 		done time.Time
@@ -144,7 +151,7 @@ func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr erro
 		}
 		fl <- res{err, time.Now()}
 	}()
-	return func() (error, error, time.Time, time.Time) {
+	return func() duringResult {
 		timeout := time.After(d)
 		var a, b res
 		for i := 0; i < 2; i++ {
@@ -165,7 +172,7 @@ func (w *workload) duringOutage(d time.Duration) func() (fsyncErr, flushErr erro
 				w.e.t.Fatalf("the fsync and NBD FLUSH started during the outage did not both return within %s of its end", d)
 			}
 		}
-		return a.err, b.err, a.done, b.done
+		return duringResult{fsyncErr: a.err, flushErr: b.err, fsyncDone: a.done, flushDone: b.done}
 	}
 }
 

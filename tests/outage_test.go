@@ -146,7 +146,8 @@ func testStoreOutage(t *testing.T, kind string) {
 		t.Errorf("only %d reads of cached files and metadata operations completed during the outage; they must keep working", cachedDuring)
 	}
 
-	fsyncErr, flushErr, fsyncDone, flushDone := waitDuring()
+	dr := waitDuring()
+	fsyncErr, flushErr, fsyncDone, flushDone := dr.fsyncErr, dr.flushErr, dr.fsyncDone, dr.flushDone
 	if fsyncErr != nil || flushErr != nil {
 		t.Errorf("an fsync and an NBD FLUSH started 2 s into the outage: fsync %v, FLUSH %v", fsyncErr, flushErr)
 	}
