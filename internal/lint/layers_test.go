@@ -44,7 +44,7 @@ var layers = map[string][]string{
 	"internal/stats":     {},
 	"internal/fileutil":  {},
 	"internal/lint":      {},
-	"bench/mountbench":   {"internal/mountinfo"},
+	"bench/mountbench":   {"internal/mountinfo", "internal/s3test"},
 	"internal/mountinfo": {},
 	"tests":              {"*"},
 	"docs/model":         {},
