@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/reclaim"
 )
 
 // TestReplicaPauseAndKill: a replica stopped with SIGSTOP for longer than
@@ -147,7 +149,10 @@ func TestReplicaPauseAndKill(t *testing.T) {
 	for {
 		e.reclaimRun()
 		sp = e.space()
-		if sp.TombstonesPending == 0 && sp.DeadSegments == 0 && sp.SegmentBytes <= sp.LiveBytes+sp.LiveBytes/20+64<<10 {
+		// Back to the live bytes, or to what the repack policy leaves: a
+		// selection must free at least reclaim.MinSelection.
+		if sp.TombstonesPending == 0 && sp.DeadSegments == 0 &&
+			(sp.SegmentBytes <= sp.LiveBytes+sp.LiveBytes/20+64<<10 || sp.FragmentedBytes < reclaim.MinSelection) {
 			break
 		}
 		if time.Since(start) > 60*time.Second {
