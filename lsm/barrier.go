@@ -37,36 +37,63 @@ func (db *DB) barrierLocked(ctx context.Context) error {
 	if closed {
 		return ErrClosed
 	}
-	db.mu.Lock()
-	if db.mu.fenced != nil {
-		err := db.mu.fenced
+	for {
+		db.mu.Lock()
+		if db.mu.fenced != nil {
+			err := db.mu.fenced
+			db.mu.Unlock()
+			return err
+		}
+		j := db.mu.unheard
+		retried := j != nil
+		if !retried {
+			if len(db.mu.queue) == 0 {
+				db.mu.Unlock()
+				return nil
+			}
+			j = &unheardJournal{seq: db.mu.nextSeq, batches: len(db.mu.queue)}
+			manifest := db.mu.latestManifest
+			q := db.mu.queue[:j.batches:j.batches]
+			db.mu.Unlock()
+			j.sealed = sealJournal(db.opts.Keys, Journal{Seq: j.seq, Epoch: db.epoch, Manifest: manifest, Batches: q})
+			db.mu.Lock()
+			db.mu.unheard = j
+		}
 		db.mu.Unlock()
-		return err
-	}
-	q := db.mu.queue[:len(db.mu.queue):len(db.mu.queue)]
-	seq, manifest := db.mu.nextSeq, db.mu.latestManifest
-	db.mu.Unlock()
-	if len(q) == 0 {
-		return nil
-	}
-	key := journalKey(seq)
-	sealed := sealJournal(db.opts.Keys, Journal{Seq: seq, Epoch: db.epoch, Manifest: manifest, Batches: q})
-	err := db.putJournal(ctx, seq, sealed)
-	if err != nil {
-		return err
-	}
-	failpoint.Hit("lsm.barrier.journal-written")
 
+		if err := db.putJournal(ctx, j.seq, j.sealed); err != nil {
+			return err
+		}
+		failpoint.Hit("lsm.barrier.journal-written")
+		db.journaled(j)
+		// A retried journal holds only the batches of the barrier that
+		// first sealed it; the ones committed since still need their own.
+		if !retried {
+			return nil
+		}
+	}
+}
+
+// unheardJournal is a sealed journal not yet known to be in the store.
+type unheardJournal struct {
+	seq     uint64
+	batches int // how many queued batches it holds, from the front
+	sealed  []byte
+}
+
+// journaled drops the batches journal j made durable from the queue.
+func (db *DB) journaled(j *unheardJournal) {
 	db.mu.Lock()
-	rest := make([][]byte, len(db.mu.queue)-len(q))
-	copy(rest, db.mu.queue[len(q):])
+	db.mu.unheard = nil
+	rest := make([][]byte, len(db.mu.queue)-j.batches)
+	copy(rest, db.mu.queue[j.batches:])
 	db.mu.queue = rest
 	db.mu.journalsSince++
-	db.mu.bytesSince += int64(len(sealed))
+	db.mu.bytesSince += int64(len(j.sealed))
 	due := db.publishDueLocked()
 	db.mu.Unlock()
-	if err := db.setAppliedSeq(seq); err != nil {
-		db.opts.Logger.Warn("lsm: journal durable but local applied-seq update failed", "journal", key, "err", err)
+	if err := db.setAppliedSeq(j.seq); err != nil {
+		db.opts.Logger.Warn("lsm: journal durable but local applied-seq update failed", "journal", journalKey(j.seq), "err", err)
 	}
 	if due {
 		select {
@@ -74,7 +101,6 @@ func (db *DB) barrierLocked(ctx context.Context) error {
 		default:
 		}
 	}
-	return nil
 }
 
 // putJournal creates journal object seq with put-if-absent. Losing the

@@ -49,6 +49,11 @@ type DB struct {
 		sync.Mutex
 		queue          [][]byte // committed, not yet journaled batch reprs
 		nextSeq        uint64   // next journal sequence to create
+		// unheard is the journal whose PUT ended without an answer: it may
+		// exist in the store. Until it is known written, every barrier
+		// sends exactly these bytes again at its sequence, so that finding
+		// the object proves it ours rather than another writer's.
+		unheard *unheardJournal
 		appliedSeq     uint64   // highest journal sequence contained locally
 		fenced         error
 		latestManifest uint64

@@ -59,6 +59,47 @@ func TestBarrierLostResponseIsNotFencing(t *testing.T) {
 	barrier(t, db)
 }
 
+// A journal PUT lands but its answer is lost, and the barrier gives up
+// (its caller's context ends) before it can learn so. More batches are
+// committed; the next barrier must send the same journal again, not a
+// fresh one with more batches at the same sequence, which would find the
+// first object different and fence the writer. Then the newer batches get
+// a journal of their own, and a recovery from the store holds them all.
+func TestBarrierGivenUpAfterLostAnswerIsNotFencing(t *testing.T) {
+	f := objstore.NewFaulty(objstore.NewMem())
+	k := testKeys(t)
+	o := testOpts(t, f, k)
+	o.PID = deadPID(t)
+	db := mustOpen(t, o)
+	lost := f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: journalPrefix, Count: 1, Fail: true, Applied: true})
+	down := f.AddRule(objstore.Rule{Skip: 1, Prefix: journalPrefix, Fail: true})
+	set(t, db, "ia", "1")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	err := db.Barrier(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("barrier succeeded while the store answered nothing")
+	}
+	if f.Fired(lost) != 1 || f.Fired(down) == 0 {
+		t.Fatalf("rules fired %d and %d times, want 1 and some", f.Fired(lost), f.Fired(down))
+	}
+	f.Clear()
+	set(t, db, "ib", "2")
+	if err := db.Barrier(context.Background()); err != nil {
+		t.Fatalf("barrier after the store came back: %v (fenced: %v)", err, db.Fenced())
+	}
+	if db.Pending() != 0 {
+		t.Fatalf("%d batches still queued after the barrier", db.Pending())
+	}
+	crash(db)
+	o2 := testOpts(t, f.Unwrap(), k)
+	o2.PID = deadPID(t)
+	db2 := mustOpen(t, o2)
+	defer db2.Close()
+	wantVal(t, db2, "ia", "1")
+	wantVal(t, db2, "ib", "2")
+}
+
 // Fault loop over Open: fail the i-th store request of a full recovery.
 // Every run either fails cleanly or recovers everything.
 func TestFaultLoopRecovery(t *testing.T) {
