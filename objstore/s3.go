@@ -34,8 +34,10 @@ const (
 	DefaultS3PartSize    = 64 << 20
 	// MinS3PartSize is S3's smallest allowed multipart part (but the last).
 	MinS3PartSize = 5 << 20
-	// DefaultS3MaxBackoff caps the SDK's exponential backoff between attempts.
-	DefaultS3MaxBackoff = 20 * time.Second
+	// DefaultS3MaxBackoff caps the exponential backoff between attempts.
+	// The SDK's 20 s kept an fsync waiting up to 20 s after the store came
+	// back; with jitter, 5 s is still no hammering of a throttling store.
+	DefaultS3MaxBackoff = 5 * time.Second
 
 	s3DeleteBatch    = 1000
 	s3ListMax        = 1000
@@ -62,7 +64,7 @@ type S3Config struct {
 	PathStyle bool
 	// MaxAttempts bounds the attempts per request (default 10).
 	MaxAttempts int
-	// MaxBackoff caps the delay between attempts (default 20 s).
+	// MaxBackoff caps the delay between attempts (default 5 s).
 	MaxBackoff time.Duration
 	// PartSize is the multipart part size; objects larger than it are
 	// uploaded in parts (default 64 MiB, at least 5 MiB).

@@ -36,15 +36,6 @@ const outageLength = 60 * time.Second
 func TestStoreOutage(t *testing.T) {
 	for _, kind := range []string{"stop", "restart", "link"} {
 		t.Run(kind, func(t *testing.T) {
-			// Open bug (issue 13): when the link drops, a journal PUT can
-			// land unheard; the barrier gives up, and a later barrier
-			// seals that sequence again with more batches, finds the
-			// first object there and fences its own writer (fsync EIO).
-			// Until it is fixed this variant runs only with
-			// EBBFS_OUTAGE_LINK=1.
-			if kind == "link" && os.Getenv("EBBFS_OUTAGE_LINK") == "" {
-				t.Skip("open bug: a journal PUT lost to a dropped link self-fences the writer (issue 13); set EBBFS_OUTAGE_LINK=1")
-			}
 			t.Parallel()
 			testStoreOutage(t, kind)
 		})
