@@ -16,6 +16,14 @@ import (
 // that. (The metadata store publishes no manifest below the same floor.)
 // Reads, deletes, renames and fsync go on; writes work again as soon as
 // there is room, without a remount.
+//
+// When something takes all the free space, down to nothing, the metadata
+// store releases its emergency reserve (lsm/reserve.go) so that Pebble can
+// finish the writes it started, and from then on every operation that
+// adds metadata (writable: writes, creates, renames, deletes, setattr,
+// xattrs, reclamation) fails with ErrNoSpace until there is room for the
+// reserve again. Only the barrier still commits: the extents of data
+// accepted before, so that fsync keeps its promise.
 
 // cacheDiskFloor is the free space kept for the metadata on a cache
 // filesystem of total bytes (lsm.LocalFloor: a fiftieth of it, between
@@ -53,6 +61,21 @@ func (e *Engine) cacheDiskRoom() error {
 		e.log.Info("fs: the cache directory's filesystem has room again; writes are accepted", "dir", e.opts.CacheDir, "free", avail)
 	}
 	return nil
+}
+
+// metadataRoom fails with ErrNoSpace while the metadata store's
+// emergency reserve is released.
+func (e *Engine) metadataRoom() error {
+	if e.db.ReserveReleased() {
+		return ErrNoSpace
+	}
+	return nil
+}
+
+// CacheDirReserveReleased reports whether the metadata store's emergency
+// reserve is in use: everything that adds metadata fails with ENOSPC.
+func (e *Engine) CacheDirReserveReleased() bool {
+	return !e.opts.ReadOnly && e.db.ReserveReleased()
 }
 
 // CacheDirSpace reports the bytes free on the cache directory's

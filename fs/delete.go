@@ -115,7 +115,9 @@ func (e *Engine) cleaner(ctx context.Context) {
 // CleanTombstones runs one cleaner transaction: up to CleanerBatch
 // tombstones and CleanerBatch pointers. It returns the pointers removed.
 func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
-	if e.opts.ReadOnly {
+	if e.opts.ReadOnly || e.db.ReserveReleased() {
+		// With the metadata store's reserve in use, the cleaner waits
+		// (cachedisk.go).
 		return 0, nil
 	}
 	var tombs []uint64

@@ -172,6 +172,16 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		TakeOver: o.TakeOver,
 	}
 	lo.JournalRetention = o.JournalRetention
+	lo.ManifestInterval = o.ManifestInterval
+	// Before the metadata store releases its emergency reserve, the disk
+	// cache gives back what it can (cachedisk.go).
+	var reader atomic.Pointer[segment.Reader]
+	lo.MakeRoom = func(n int64) int64 {
+		if rd := reader.Load(); rd != nil {
+			return rd.ShrinkDiskCache(n)
+		}
+		return 0
+	}
 	if o.tuneLSM != nil {
 		o.tuneLSM(&lo)
 	}
@@ -204,6 +214,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		db.Close()
 		return nil, err
 	}
+	reader.Store(rd)
 	e := &Engine{
 		opts:      o,
 		cacheLock: cacheLock,
@@ -410,7 +421,7 @@ func (e *Engine) writable() error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
-	return nil
+	return e.metadataRoom()
 }
 
 // acquire loads ino (from Pebble if needed) and pins it until release.

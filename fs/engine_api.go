@@ -40,6 +40,10 @@ type Options struct {
 	// default, 5 minutes). Writer and replicas must agree; only the test
 	// build lets it be changed.
 	JournalRetention time.Duration
+	// ManifestInterval is the longest time between metadata manifests
+	// (lsm.Options; 0: the default, 10 minutes). Only the test build lets
+	// it be changed.
+	ManifestInterval time.Duration
 	// TakeOver takes the writer lease at once from a holder that may still
 	// run (lsm.Options.TakeOver).
 	TakeOver bool

@@ -67,6 +67,8 @@ type DB struct {
 
 	openedAt time.Duration // Clock.Mono at open: the age floor of older journals
 
+	res reserve // the emergency reserve of free space (reserve.go)
+
 	bgCtx     context.Context
 	bgCancel  context.CancelFunc
 	stopCh    chan struct{}
@@ -347,6 +349,10 @@ func (db *DB) Commit(b *Batch) error {
 	if b.pb.Empty() {
 		return nil
 	}
+	// Release the reserve before Pebble needs it, if the disk is full.
+	// The commit goes on: callers refuse what adds metadata themselves
+	// (MetadataRoom), and what they still commit must not be lost.
+	db.checkReserve()
 	repr := bytes.Clone(b.pb.Repr())
 	err := db.withPebble(func(p *pebble.DB) error { return p.Apply(b.pb, pebble.NoSync) })
 	if err != nil {

@@ -56,6 +56,7 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 	db.openedAt = o.Clock.Mono()
 	_ = os.RemoveAll(db.tmpDir())
 
+	db.initReserve()
 	if !o.ReadOnly {
 		l, etag, err := db.acquireLease(ctx)
 		if err != nil {
@@ -77,6 +78,8 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 		}
 		db.wg.Add(1)
 		go db.publishLoop()
+		db.wg.Add(1)
+		go db.reserveLoop()
 	}
 	o.Logger.Info("lsm: open", "epoch", db.epoch, "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest(), "read_only", o.ReadOnly)
 	return db, nil
@@ -144,6 +147,7 @@ func (db *DB) openPebble(mustExist bool) error {
 		Logger:             pebbleLogger{db.opts.Logger},
 		FormatMajorVersion: pebble.FormatNewest,
 		ErrorIfNotExists:   mustExist,
+		MemTableSize:       memTableSize,
 	}
 	if db.opts.Tune != nil {
 		db.opts.Tune(po)

@@ -70,6 +70,11 @@ type Options struct {
 	// DisableAutoPublish turns the background publisher off (tests, tools).
 	DisableAutoPublish bool
 
+	// MakeRoom, if set, is asked to free up to n bytes on Dir's
+	// filesystem (the disk cache) before the emergency reserve is
+	// released (reserve.go); it returns the bytes it freed.
+	MakeRoom func(n int64) int64
+
 	// Tune, if set, adjusts the Pebble options before Open (tests use it
 	// for tiny memtables). It must not change the Merger or Comparer.
 	Tune func(*pebble.Options)

@@ -37,6 +37,9 @@ var StatfsDir = func(dir string) (total, avail int64, err error) {
 // localRoom fails with ErrLocalFull when Dir's filesystem is below
 // LocalFloor. A statfs failure passes (the write reports its own error).
 func (db *DB) localRoom() error {
+	if db.checkReserve() {
+		return fmt.Errorf("%w: %d bytes free in %s", ErrReserveReleased, db.res.free.Load(), db.opts.Dir)
+	}
 	total, avail, err := StatfsDir(db.opts.Dir)
 	if err != nil {
 		return nil

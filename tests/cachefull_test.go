@@ -67,7 +67,10 @@ func (c *cacheFS) free(t testing.TB) int64 {
 // fallocate that fails with ENOSPC on ext4 may keep what it allocated, so
 // the result is the file's blocks, not the sum of the calls that
 // succeeded.)
-func (c *cacheFS) fill(t testing.TB, name string) int64 {
+func (c *cacheFS) fill(t testing.TB, name string) int64 { return c.fillLeaving(t, name, 0) }
+
+// fillLeaving is fill that stops with about leave bytes still free.
+func (c *cacheFS) fillLeaving(t testing.TB, name string, leave int64) int64 {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(c.dir, name), os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -75,6 +78,10 @@ func (c *cacheFS) fill(t testing.TB, name string) int64 {
 	}
 	defer f.Close()
 	for chunk := int64(64 << 20); chunk >= 4096; {
+		if leave > 0 && c.free(t)-chunk < leave {
+			chunk /= 2
+			continue
+		}
 		fi, _ := f.Stat()
 		err := unix.Fallocate(int(f.Fd()), 0, fi.Size(), chunk)
 		if err == nil {
@@ -220,9 +227,11 @@ func TestCacheDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Fill again whatever the disk cache gives back until it has nothing
-	// left to give.
+	// left to give, leaving 6 MiB: below the floor, above the level where
+	// the metadata store's reserve is released (TestCacheDiskFullToZero
+	// takes that too).
 	for i := 0; ; i++ {
-		c.fill(t, fmt.Sprintf("filler%d", 2+i))
+		c.fillLeaving(t, fmt.Sprintf("filler%d", 2+i), 6<<20)
 		time.Sleep(1500 * time.Millisecond) // the cache's watcher runs every second
 		if e.scrapeUnix().sum("ebbfs_cache_bytes", `level="disk"`) == 0 && c.free(t) < floor {
 			fillers = 2 + i
@@ -337,6 +346,241 @@ func TestCacheDiskFull(t *testing.T) {
 		}
 	}
 	t.Logf("%d fsynced files read back after kill -9 and a restart", len(synced))
+	w.stop()
+	e.fsckClean()
+}
+
+// fillWrite writes to a new file until the filesystem says ENOSPC (after
+// fill, this takes the last blocks fallocate left); it returns the bytes
+// written.
+func (c *cacheFS) fillWrite(t testing.TB, name string) int64 {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(c.dir, name), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	var n int64
+	for {
+		m, err := f.Write(buf)
+		n += int64(m)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("write filler: %v", err)
+		}
+		break
+	}
+	// Delayed allocation may have accepted bytes it cannot place: fsync
+	// finds out, and the file keeps what it got.
+	_ = f.Sync()
+	return n
+}
+
+// TestCacheDiskFullToZero: something outside ebbfs takes all the free
+// space of the cache directory's filesystem, down to 0 bytes (fallocate,
+// then writes until ENOSPC). The application then does what the writer
+// still allows near the floor: renames, chmods and deletes, thousands of
+// them (more metadata than one Pebble memtable holds), and an fsync of
+// data written before the disk filled; then it waits past a publication
+// interval. The writer must still be alive and the fsync must succeed
+// (operations that add metadata may fail with ENOSPC, nothing else).
+// Once the filler files are gone, writes work again on the same mount;
+// after kill -9 and a restart every fsynced file reads back and fsck is
+// clean.
+func TestCacheDiskFullToZero(t *testing.T) {
+	srv := s3test.Start(t)
+	e := newEnv(t, withS3(srv.Endpoint, srv.Region, srv.Bucket, "zero", srv.AccessKey, srv.SecretKey),
+		withEnvVars("EBBFS_TEST_MANIFEST_INTERVAL=2s"))
+	c := newCacheFS(t, e, 96<<20)
+	e.init()
+	w := e.mount()
+	t.Logf("cache filesystem: %.1f MiB free with the writer running", float64(c.free(t))/mib)
+
+	synced := map[string]uint64{}
+	sizes := map[string]int{}
+	// Files with long names: each rename or chmod is a few hundred bytes
+	// of metadata.
+	const nfiles = 300
+	long := func(i, gen int) string {
+		return fmt.Sprintf("%03d-%d-%s", i, gen, strings.Repeat("n", 200))
+	}
+	names := make([]string, nfiles)
+	for i := range nfiles {
+		names[i] = long(i, 0)
+		if err := os.WriteFile(e.path(names[i]), blocks(uint64(1000+i), 0, 1, 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		name := fmt.Sprintf("big%d", i)
+		if err := os.WriteFile(e.path(name), blocks(uint64(10+i), 0, 2*mib/blockSize, 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		synced[name], sizes[name] = uint64(10+i), 2*mib/blockSize
+	}
+	e.mustEbbfs("flush")
+	// Written before the disk fills, fsynced after.
+	held, err := os.OpenFile(e.path("held"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := held.Write(blocks(300, 0, 256, 1)); err != nil {
+		t.Fatal(err)
+	}
+
+	taken := c.fill(t, "filler1")
+	taken += c.fillWrite(t, "filler2")
+	t.Logf("the fillers took %.1f MiB; %.2f MiB free", float64(taken)/mib, float64(c.free(t))/mib)
+
+	// Thousands of metadata changes with the disk full, each with a
+	// deadline: a writer whose metadata store stalls would hang them.
+	errs := &appErrs{seen: map[string]int{}}
+	progress := make(chan struct{}, 1)
+	done := make(chan int)
+	go func() {
+		ops := 0
+		tick := func() {
+			ops++
+			select {
+			case progress <- struct{}{}:
+			default:
+			}
+		}
+		for round := 1; round <= 20 && !w.exited(); round++ {
+			for i := range nfiles {
+				next := long(i, round)
+				err := os.Rename(e.path(names[i]), e.path(next))
+				errs.add("rename", err)
+				if err == nil {
+					names[i] = next
+				}
+				tick()
+				errs.add("chmod", os.Chmod(e.path(names[i]), os.FileMode(0o600+round%2*0o44)))
+				tick()
+			}
+		}
+		for i := 0; i < nfiles; i += 3 {
+			errs.add("unlink", os.Remove(e.path(names[i])))
+			tick()
+		}
+		done <- ops
+	}()
+	var ops int
+	for waiting := true; waiting; {
+		select {
+		case ops = <-done:
+			waiting = false
+		case <-progress:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("a metadata operation on the full cache disk did not return within 60 s (writer exited: %v):\n%s",
+				w.exited(), tail(w.out.String(), 40))
+		}
+	}
+	t.Logf("%d renames, chmods and unlinks with the cache disk full; errors: %s", ops, errs)
+	if w.exited() {
+		t.Fatalf("the writer exited with the cache disk full:\n%s", tail(w.out.String(), 60))
+	}
+	for k := range errs.seen {
+		if !strings.HasSuffix(k, ": no space left on device") {
+			t.Errorf("with the cache disk full: %s (want success or ENOSPC)", k)
+		}
+	}
+	fsyncDone := make(chan error, 1)
+	go func() { fsyncDone <- held.Sync() }()
+	select {
+	case err := <-fsyncDone:
+		if err != nil {
+			t.Fatalf("fsync of data written before the disk filled: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fsync of data written before the disk filled did not return within 60 s:\n%s", tail(w.out.String(), 40))
+	}
+	synced["held"], sizes["held"] = 300, 256
+	// Past a publication interval (2 s here) and a few barriers.
+	time.Sleep(6 * time.Second)
+	if w.exited() {
+		t.Fatalf("the writer exited with the cache disk full:\n%s", tail(w.out.String(), 60))
+	}
+	if err := os.WriteFile(e.path("late"), blocks(400, 0, 1, 1), 0o644); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("a new file with the cache disk full: %v, want ENOSPC", err)
+	}
+	st := e.mustEbbfs("status").stdout
+	if !strings.Contains(st, "CACHE DIRECTORY FULL") {
+		t.Errorf("ebbfs status with the cache disk full does not say so:\n%s", st)
+	}
+	for _, l := range strings.Split(st, "\n") {
+		if strings.Contains(l, "CACHE DIRECTORY") {
+			t.Logf("ebbfs status: %s", l)
+		}
+	}
+	t.Logf("free on the cache disk: %.2f MiB", float64(c.free(t))/mib)
+	if n := strings.Count(w.out.String(), "released the emergency reserve"); n != 1 {
+		t.Errorf("the writer logged the release of its reserve %d times, want once", n)
+	}
+
+	// The space comes back: the same mount takes writes again.
+	for _, n := range []string{"filler1", "filler2"} {
+		if err := os.Remove(filepath.Join(c.dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var werr error
+	waitUntil(t, 10*time.Second, "writes on the same mount once the fillers are gone", func() bool {
+		werr = os.WriteFile(e.path("after"), blocks(500, 0, 64, 1), 0o644)
+		return werr == nil
+	})
+	f, err := os.OpenFile(e.path("after"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync after space returned: %v", err)
+	}
+	f.Close()
+	synced["after"], sizes["after"] = 500, 64
+	if !strings.Contains(w.out.String(), "emergency reserve of the metadata store is back") {
+		t.Errorf("the writer did not log that its reserve is back")
+	}
+	if st := e.mustEbbfs("status").stdout; strings.Contains(st, "CACHE DIRECTORY FULL") {
+		t.Errorf("ebbfs status still says the cache directory is full:\n%s", st)
+	}
+	for i := range nfiles {
+		if i%3 == 0 {
+			continue
+		}
+		if err := os.Chmod(e.path(names[i]), 0o640); err != nil {
+			t.Fatalf("chmod after space returned: %v", err)
+		}
+	}
+	e.mustEbbfs("flush")
+	if w.exited() {
+		t.Fatalf("the writer exited:\n%s", tail(w.out.String(), 60))
+	}
+	e.mustEbbfs("checkpoint", "create", "roomy", "--ttl", "1m")
+	e.mustEbbfs("checkpoint", "delete", "roomy")
+
+	w.kill()
+	w = e.mount()
+	for name, id := range synced {
+		b := readFile(t, e.path(name))
+		if err := checkContent(id, b); err != nil || len(b) != sizes[name]*blockSize {
+			t.Fatalf("%s after kill -9 and restart: %d bytes, %v", name, len(b), err)
+		}
+	}
+	for i := range nfiles {
+		if i%3 == 0 {
+			continue
+		}
+		fi, err := os.Stat(e.path(names[i]))
+		if err != nil || fi.Mode().Perm() != 0o640 {
+			t.Fatalf("%s after restart: %v, %v", names[i], fi, err)
+		}
+	}
+	t.Logf("%d fsynced files and %d renamed files read back after kill -9 and a restart", len(synced), nfiles-nfiles/3)
 	w.stop()
 	e.fsckClean()
 }

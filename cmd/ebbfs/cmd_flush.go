@@ -90,7 +90,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			}
 			free, ok1 := st.Extra[extraCacheDirFree].(float64)
 			floor, ok2 := st.Extra[extraCacheDirFloor].(float64)
-			if ok1 && ok2 && free < floor {
+			if released, _ := st.Extra[extraCacheDirReserveReleased].(bool); released {
+				fmt.Fprintf(out, "CACHE DIRECTORY FULL: %.1f MiB free, the metadata store's emergency reserve is in use; everything that adds metadata fails with ENOSPC until there is room (fsync of earlier writes goes on)\n", free/(1<<20))
+			} else if ok1 && ok2 && free < floor {
 				fmt.Fprintf(out, "CACHE DIRECTORY FULL: %.1f MiB free, new writes need %.1f MiB; they fail with ENOSPC until there is room\n", free/(1<<20), floor/(1<<20))
 			}
 			if r, ok := st.Extra[extraReplica].(map[string]any); ok {

@@ -204,8 +204,9 @@ const (
 	extraReclaimCycles = "reclaim_cycles"
 	extraReplica       = "replica" // replicaState of a following replica
 	// Set while every store request fails: since when, and the last error.
-	extraStoreUnreachableSince = "store_unreachable_since"
-	extraStoreLastError        = "store_last_error"
-	extraCacheDirFree          = "cache_dir_free"
-	extraCacheDirFloor         = "cache_dir_floor"
+	extraStoreUnreachableSince   = "store_unreachable_since"
+	extraStoreLastError          = "store_last_error"
+	extraCacheDirFree            = "cache_dir_free"
+	extraCacheDirFloor           = "cache_dir_floor"
+	extraCacheDirReserveReleased = "cache_dir_reserve_released"
 )

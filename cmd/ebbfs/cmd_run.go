@@ -157,6 +157,9 @@ func (p *process) Status(ctx context.Context) admin.Status {
 	if free, floor, err := p.e.CacheDirSpace(); err == nil && !p.e.ReadOnly() {
 		extra[extraCacheDirFree] = free
 		extra[extraCacheDirFloor] = floor
+		if p.e.CacheDirReserveReleased() {
+			extra[extraCacheDirReserveReleased] = true
+		}
 	}
 	if p.timed != nil {
 		if since, last := p.timed.Health(); !since.IsZero() {
@@ -284,6 +287,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Stats:            fsStats,
 		CleanerDelay:     testCleanerDelay(log),
 		JournalRetention: testJournalRetention(log),
+		ManifestInterval: testManifestInterval(log),
 		DeferBackground:  true,
 	})
 	if err != nil {

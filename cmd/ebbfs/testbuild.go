@@ -33,6 +33,23 @@ func testJournalRetention(log *slog.Logger) time.Duration {
 	return d
 }
 
+// testManifestInterval lets end-to-end tests shorten the longest time
+// between metadata manifests (EBBFS_TEST_MANIFEST_INTERVAL), so that a
+// test waits past a publication in seconds. 0: the default.
+func testManifestInterval(log *slog.Logger) time.Duration {
+	v := os.Getenv("EBBFS_TEST_MANIFEST_INTERVAL")
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		log.Warn("ignoring an invalid EBBFS_TEST_MANIFEST_INTERVAL", "value", v)
+		return 0
+	}
+	log.Warn("TEST BUILD: manifest interval changed", "interval", d)
+	return d
+}
+
 // testReaderTTL lets end-to-end tests shorten a reader checkpoint's
 // lifetime (EBBFS_TEST_READER_TTL), so that a paused replica outlives its
 // span within a test. 0: the default.

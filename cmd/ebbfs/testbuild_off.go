@@ -16,6 +16,9 @@ const testTags = ""
 // testJournalRetention is the default in production builds.
 func testJournalRetention(*slog.Logger) time.Duration { return 0 }
 
+// testManifestInterval is the default in production builds.
+func testManifestInterval(*slog.Logger) time.Duration { return 0 }
+
 // testReaderTTL is the default in production builds.
 func testReaderTTL(*slog.Logger) time.Duration { return 0 }
 
@@ -27,6 +30,9 @@ func warnTestOnlyEnv(log *slog.Logger) {
 	}
 	if s := os.Getenv("EBBFS_TEST_JOURNAL_RETENTION"); s != "" {
 		log.Warn("EBBFS_TEST_JOURNAL_RETENTION is ignored: this is a production build", "value", s)
+	}
+	if s := os.Getenv("EBBFS_TEST_MANIFEST_INTERVAL"); s != "" {
+		log.Warn("EBBFS_TEST_MANIFEST_INTERVAL is ignored: this is a production build", "value", s)
 	}
 	if s := os.Getenv("EBBFS_TEST_READER_TTL"); s != "" {
 		log.Warn("EBBFS_TEST_READER_TTL is ignored: this is a production build", "value", s)
