@@ -105,12 +105,15 @@ func (e *Engine) Follow(ctx context.Context) (int, error) {
 		_, ok, err := e.db.FollowNextWith(ctx, func(keys [][]byte, apply func() error) error {
 			e.follow.view.Lock()
 			defer e.follow.view.Unlock()
-			sizes, old := e.beforeApply(keys)
+			sizes, snap := e.beforeApply(keys)
 			if err := apply(); err != nil {
+				if snap != nil {
+					snap.Close()
+				}
 				return err
 			}
 			ch = e.refresh(keys, false)
-			e.afterApply(sizes, old)
+			e.afterApply(sizes, snap)
 			return nil
 		})
 		if err != nil {

@@ -41,7 +41,12 @@ func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error 
 		}
 		var data []byte
 		if hasPtr {
-			if data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen}, ptr); err != nil {
+			err = e.storeRead(ctx, "read "+segment.Key(ptr.Segment), func() error {
+				var err error
+				data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen}, ptr)
+				return err
+			})
+			if err != nil {
 				return err
 			}
 			if zeroFrom(data, from) {

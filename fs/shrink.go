@@ -3,9 +3,11 @@ package fs
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"time"
 
+	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -21,46 +23,37 @@ import (
 // too: the application then reads zeroes up to the old size, bytes the
 // file never held.
 //
-// So for a while after a shrink the replica answers reads past the new end
-// with the bytes from before it: the pointers the shrinking journal (and
-// any later one in that while) replaced or removed are kept, and the
-// extents no journal touched read as they are. Such a read returns the
-// file as it was just before the truncation, a state it really had.
+// So before it applies a journal the replica takes a snapshot of its
+// metadata, and keeps it for shrinkLife when the journal made a file
+// shorter. A read past the new end is answered from the newest such
+// snapshot in which the file reached that far: the file exactly as it was
+// just before one of its recent shrinks, a state it really had. (Mixing
+// extents from different moments could not promise that: an extent that
+// was a hole in one and data in another reads as zeroes.)
 
 // shrinkLife is how long the bytes past a shrink stay readable: far longer
 // than an invalidation takes to reach the kernel, far shorter than the
 // writer's grace (60 s at least) before it deletes the frames they are in.
 const shrinkLife = 10 * time.Second
 
-// shrunk is one file's bytes from before a shrink.
-type shrunk struct {
-	size  uint64                     // the size before the shrink
-	ptrs  map[uint64]segment.Pointer // extents replaced or removed since, as they were
-	holes map[uint64]bool            // extents that were holes then, written since
-	until time.Duration              // Clock.Mono after which it is dropped
+// shrinkView is the metadata from before one journal that shrank files.
+type shrinkView struct {
+	snap  *lsm.Snapshot
+	sizes map[uint64]uint64 // the files it shrank: their size before
+	until time.Duration     // Clock.Mono after which it is dropped
 }
 
 type shrinks struct {
-	mu sync.Mutex
-	m  map[uint64]*shrunk
+	mu    sync.Mutex
+	views []*shrinkView // oldest first
 }
 
-// beforeApply notes, ahead of a journal's application, what it may be
-// needed to answer for: the size of every file whose record the journal
-// writes, and the current pointer of every extent it writes of those files
-// and of files already shrunk. Caller holds e.follow.view.
-func (e *Engine) beforeApply(keys [][]byte) (sizes map[uint64]uint64, old map[uint64]map[uint64]*segment.Pointer) {
-	e.follow.shrinks.mu.Lock()
-	live := map[uint64]bool{}
-	now := e.clk.Mono()
-	for ino, s := range e.follow.shrinks.m {
-		if now > s.until {
-			delete(e.follow.shrinks.m, ino)
-			continue
-		}
-		live[ino] = true
-	}
-	e.follow.shrinks.mu.Unlock()
+// beforeApply notes, ahead of a journal's application, the size of every
+// file whose record the journal writes, and takes a snapshot of the state
+// it changes (nil if that fails: no bytes past a shrink then). Caller
+// holds e.follow.view for writing.
+func (e *Engine) beforeApply(keys [][]byte) (sizes map[uint64]uint64, snap *lsm.Snapshot) {
+	e.expireShrinks()
 	sizes = map[uint64]uint64{}
 	for _, k := range keys {
 		if len(k) == 9 && k[0] == schema.PInode {
@@ -70,146 +63,141 @@ func (e *Engine) beforeApply(keys [][]byte) (sizes map[uint64]uint64, old map[ui
 			}
 		}
 	}
-	old = map[uint64]map[uint64]*segment.Pointer{}
-	for _, k := range keys {
-		if len(k) < 9 || k[0] != schema.PExtent {
-			continue
-		}
-		ino, idx, err := schema.ParseExtentKey(k)
-		if err != nil {
-			continue
-		}
-		if _, ok := sizes[ino]; !ok && !live[ino] {
-			continue
-		}
-		if old[ino] == nil {
-			old[ino] = map[uint64]*segment.Pointer{}
-		}
-		if _, seen := old[ino][idx]; seen {
-			continue
-		}
-		var pp *segment.Pointer
-		if p, ok, err := e.pointer(ino, idx); err == nil && ok {
-			pp = &p
-		}
-		old[ino][idx] = pp
+	if len(sizes) == 0 {
+		return nil, nil // no file record changes: nothing can shrink
 	}
-	return sizes, old
+	snap, err := e.db.NewSnapshot()
+	if err != nil {
+		e.log.Debug("replica: no snapshot before a journal", "err", err)
+		return nil, nil
+	}
+	return sizes, snap
 }
 
-// afterApply keeps the bytes from before each shrink the journal made, and
-// adds to the files already shrunk what the journal replaced of them.
-// Files with range tombstones are left out (their pointers are masked,
-// not removed). Caller holds e.follow.view.
-func (e *Engine) afterApply(sizes map[uint64]uint64, old map[uint64]map[uint64]*segment.Pointer) {
+// afterApply keeps snap if the journal made any file shorter (and that
+// file has no range tombstone, whose masked pointers a snapshot does not
+// tell apart), and releases it otherwise. Caller holds e.follow.view for
+// writing.
+func (e *Engine) afterApply(sizes map[uint64]uint64, snap *lsm.Snapshot) {
+	if snap == nil {
+		return
+	}
+	shrunk := map[uint64]uint64{}
+	for ino, before := range sizes {
+		rec, err := e.getRecord(ino)
+		if err == nil && rec.Size < before && !e.ranges.has(ino) {
+			shrunk[ino] = before
+		}
+	}
+	if len(shrunk) == 0 {
+		snap.Close()
+		return
+	}
+	e.follow.shrinks.mu.Lock()
+	e.follow.shrinks.views = append(e.follow.shrinks.views, &shrinkView{snap: snap, sizes: shrunk, until: e.clk.Mono() + shrinkLife})
+	e.follow.shrinks.mu.Unlock()
+}
+
+// expireShrinks releases the views older than shrinkLife. Caller holds
+// e.follow.view for writing (no read uses a view it releases).
+func (e *Engine) expireShrinks() {
 	now := e.clk.Mono()
 	e.follow.shrinks.mu.Lock()
 	defer e.follow.shrinks.mu.Unlock()
-	for ino, before := range sizes {
-		rec, err := e.getRecord(ino)
-		if err != nil || rec.Size >= before || e.ranges.has(ino) {
-			continue
-		}
-		if e.follow.shrinks.m == nil {
-			e.follow.shrinks.m = map[uint64]*shrunk{}
-		}
-		s := e.follow.shrinks.m[ino]
-		if s == nil {
-			s = &shrunk{ptrs: map[uint64]segment.Pointer{}, holes: map[uint64]bool{}}
-			e.follow.shrinks.m[ino] = s
-		}
-		s.size = max(s.size, before)
-		s.until = now + shrinkLife
+	k := 0
+	for k < len(e.follow.shrinks.views) && now > e.follow.shrinks.views[k].until {
+		e.follow.shrinks.views[k].snap.Close()
+		k++
 	}
-	for ino, ptrs := range old {
-		s := e.follow.shrinks.m[ino]
-		if s == nil {
-			continue
-		}
-		for idx, p := range ptrs {
-			if _, ok := s.ptrs[idx]; ok || s.holes[idx] {
-				continue // the oldest version stays
-			}
-			if p == nil {
-				s.holes[idx] = true
-			} else {
-				s.ptrs[idx] = *p
-			}
-		}
-	}
+	e.follow.shrinks.views = e.follow.shrinks.views[k:]
 }
 
 // dropShrinks forgets every shrink (the replica moved to a newer manifest:
-// nothing before it can be told apart any more).
+// the snapshots were of the state it replaced).
 func (e *Engine) dropShrinks() {
+	e.follow.view.Lock()
+	defer e.follow.view.Unlock()
 	e.follow.shrinks.mu.Lock()
-	e.follow.shrinks.m = nil
-	e.follow.shrinks.mu.Unlock()
+	defer e.follow.shrinks.mu.Unlock()
+	for _, v := range e.follow.shrinks.views {
+		v.snap.Close()
+	}
+	e.follow.shrinks.views = nil
 }
 
 // ReadPastShrink reads, on a following replica, the bytes [off,
 // off+len(p)) of a file that a journal applied in the last shrinkLife
-// made shorter than that, as they were before: the kernel may have asked
-// for them under the size it still believed. It returns how many bytes
-// it placed (0: nothing to add; the read ends where it ended).
+// made shorter than that, as they were just before the newest such
+// shrink that reached past off: the kernel may have asked for them under
+// the size it still believed. It returns how many bytes it placed (0:
+// nothing to add; the read ends where it ended).
 func (e *Engine) ReadPastShrink(ctx context.Context, ino uint64, p []byte, off int64) int {
 	if !e.opts.ReadOnly || e.opts.PinManifest != 0 || off < 0 || len(p) == 0 {
 		return 0
 	}
 	e.follow.view.RLock()
 	defer e.follow.view.RUnlock()
-	e.follow.shrinks.mu.Lock()
-	s := e.follow.shrinks.m[ino]
+	now := e.clk.Mono()
+	var v *shrinkView
 	var size uint64
-	var ptrs map[uint64]segment.Pointer
-	var holes map[uint64]bool
-	if s != nil && e.clk.Mono() <= s.until {
-		size, ptrs, holes = s.size, s.ptrs, s.holes
-	}
-	// The maps are only added to, under the lock; copy what this read
-	// needs.
-	end := min(uint64(off)+uint64(len(p)), size)
-	type ext struct {
-		p    segment.Pointer
-		hole bool
-		kept bool
-	}
-	var exts []ext
-	if uint64(off) < end {
-		for idx := uint64(off) / extentSize; idx*extentSize < end; idx++ {
-			if sp, ok := ptrs[idx]; ok {
-				exts = append(exts, ext{p: sp, kept: true})
-			} else {
-				exts = append(exts, ext{hole: holes[idx]})
-			}
+	e.follow.shrinks.mu.Lock()
+	for i := len(e.follow.shrinks.views) - 1; i >= 0; i-- {
+		x := e.follow.shrinks.views[i]
+		if s, ok := x.sizes[ino]; ok && now <= x.until && s > uint64(off) {
+			v, size = x, s
+			break
 		}
 	}
 	e.follow.shrinks.mu.Unlock()
-	if len(exts) == 0 || e.ranges.has(ino) {
+	if v == nil || e.ranges.has(ino) {
 		return 0
 	}
+	end := min(uint64(off)+uint64(len(p)), size)
+	p = p[:end-uint64(off)]
+	n, err := e.readSnapshot(ctx, v.snap, ino, p, off)
+	if err != nil {
+		e.log.Debug("replica: bytes past a recent truncation unreadable", "ino", ino, "off", off, "len", len(p), "err", err)
+	}
+	if n > 0 {
+		e.follow.pastShrink.Add(1)
+		e.log.Debug("replica: a read past a recent truncation got the bytes from before it", "ino", ino, "off", off, "len", n)
+	}
+	return n
+}
+
+// readSnapshot fills p from off with ino's committed bytes in snap, extent
+// by extent; it returns how many bytes from the start of p it placed
+// before an error.
+func (e *Engine) readSnapshot(ctx context.Context, snap *lsm.Snapshot, ino uint64, p []byte, off int64) (int, error) {
 	first := uint64(off) / extentSize
+	last := (uint64(off) + uint64(len(p)) - 1) / extentSize
+	lo, hi := schema.ExtentRange(ino, first, last+1)
+	ptrs := map[uint64]segment.Pointer{}
+	err := snap.Scan(lo, hi, func(k, v []byte) error {
+		_, idx, err := schema.ParseExtentKey(k)
+		if err != nil {
+			return fmt.Errorf("fs: extent key %x: %w", k, err)
+		}
+		ptr, err := segment.UnmarshalPointer(v)
+		if err != nil {
+			return fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
+		}
+		ptrs[idx] = ptr
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
 	done := 0
-	for i, x := range exts {
-		idx := first + uint64(i)
+	for idx := first; idx <= last; idx++ {
 		var data []byte
-		if !x.hole {
-			ptr, ok := x.p, x.kept
-			if !ok {
-				var err error
-				if ptr, ok, err = e.pointer(ino, idx); err != nil {
-					return done
-				}
-			}
-			if ok {
-				var err error
-				if data, err = e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}, ptr); err != nil {
-					return done // answered short, as without this
-				}
+		if ptr, ok := ptrs[idx]; ok {
+			if data, err = e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}, ptr); err != nil {
+				return done, err
 			}
 		}
 		start := int64(idx) * extentSize
-		lo, hi := max(start, off), min(start+extentSize, int64(end))
+		lo, hi := max(start, off), min(start+extentSize, off+int64(len(p)))
 		dst := p[lo-off : hi-off]
 		var src []byte
 		if a := lo - start; a < int64(len(data)) {
@@ -218,9 +206,5 @@ func (e *Engine) ReadPastShrink(ctx context.Context, ino uint64, p []byte, off i
 		clear(dst[copy(dst, src):])
 		done = int(hi - off)
 	}
-	if done > 0 {
-		e.follow.pastShrink.Add(1)
-		e.log.Debug("replica: a read past a recent truncation got the bytes from before it", "ino", ino, "off", off, "len", done)
-	}
-	return done
+	return done, nil
 }

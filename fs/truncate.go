@@ -181,7 +181,14 @@ func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toE
 		for i := range edges {
 			x := &edges[i]
 			if x.hasPtr {
-				if x.data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: x.idx, Gen: x.ptr.Gen}, x.ptr); err != nil {
+				// Waits out outages: a truncate or punch never fails
+				// because the store is away for a while.
+				err = e.storeRead(ctx, "read "+segment.Key(x.ptr.Segment), func() error {
+					var err error
+					x.data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: x.idx, Gen: x.ptr.Gen}, x.ptr)
+					return err
+				})
+				if err != nil {
 					return err
 				}
 			}

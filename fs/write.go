@@ -103,21 +103,32 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 	// A write into part of an extent keeps the rest of its bytes, which may
 	// have to come from the store: that is fetched without the inode lock
 	// (see read.go), and the write done again (the bytes of a partly done
-	// attempt are the same).
-	var miss uint64
-	missing := false
-	nw, err := e.writeOnce(e.cacheOnly(ctx), n, p, off, within, &miss, &missing)
-	if !missing {
-		return nw, err
+	// attempt are the same). A write can start and end inside extents
+	// that both miss, so this repeats; an extent the cache could not keep
+	// is read under the lock in the last attempt. Every store read waits
+	// out outages: a write never fails because a read of its extent did.
+	for range 4 {
+		var miss uint64
+		missing := false
+		nw, err := e.writeOnce(e.cacheOnly(ctx), n, p, off, within, &miss, &missing)
+		if !missing {
+			return nw, err
+		}
+		err = e.storeRead(ctx, "read-modify-write", func() error {
+			_, err := e.readCommitted(ctx, n.ino, miss)
+			return err
+		})
+		if err != nil {
+			return nw, err
+		}
 	}
+	var nw int
 	err = e.storeRead(ctx, "read-modify-write", func() error {
-		_, err := e.readCommitted(ctx, n.ino, miss)
+		var err error
+		nw, err = e.writeOnce(ctx, n, p, off, within, nil, nil)
 		return err
 	})
-	if err != nil {
-		return nw, err
-	}
-	return e.writeOnce(ctx, n, p, off, within, nil, nil)
+	return nw, err
 }
 
 // writeOnce is write under the inode's lock, one attempt. With missing, a

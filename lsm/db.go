@@ -41,20 +41,25 @@ type DB struct {
 	closeMu sync.RWMutex
 	closed  bool
 
+	// snaps are the open snapshots (snapshot.go), closed before the state
+	// they view is.
+	snapMu sync.Mutex
+	snaps  map[*Snapshot]bool
+
 	leaseMu   sync.Mutex
 	lease     Lease
 	leaseETag string
 
 	mu struct {
 		sync.Mutex
-		queue          [][]byte // committed, not yet journaled batch reprs
-		nextSeq        uint64   // next journal sequence to create
+		queue   [][]byte // committed, not yet journaled batch reprs
+		nextSeq uint64   // next journal sequence to create
 		// unheard is the journal whose PUT ended without an answer: it may
 		// exist in the store. Until it is known written, every barrier
 		// sends exactly these bytes again at its sequence, so that finding
 		// the object proves it ours rather than another writer's.
-		unheard *unheardJournal
-		appliedSeq     uint64   // highest journal sequence contained locally
+		unheard        *unheardJournal
+		appliedSeq     uint64 // highest journal sequence contained locally
 		fenced         error
 		latestManifest uint64
 		journalsSince  int
@@ -401,6 +406,7 @@ func (db *DB) close() error {
 	m := marker{Format: 1, UUID: fmt.Sprintf("%x", db.opts.Keys.UUID), Applied: db.mu.appliedSeq, Epoch: db.epoch, Shipped: copyMap(db.mu.shipped)}
 	pending := len(db.mu.queue)
 	db.mu.Unlock()
+	db.releaseSnapshots(db.pdb)
 	err := db.pdb.Close()
 	db.closeMu.Unlock()
 	db.commitMu.Unlock()

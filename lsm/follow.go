@@ -152,6 +152,7 @@ func (db *DB) rebuild(ctx context.Context) error {
 		return ErrClosed
 	}
 	old, oldDir := db.pdb, db.pebbleDir
+	db.releaseSnapshots(old)
 	db.pdb, db.pebbleDir = fresh.pdb, fresh.pebbleDir
 	db.mu.Lock()
 	db.mu.appliedSeq = fresh.mu.appliedSeq

@@ -140,7 +140,7 @@ func (v *verifyStats) verifyOnce(p string) {
 	if !ok {
 		return
 	}
-	data, err := os.ReadFile(p)
+	data, trace, err := readTraced(p)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	switch {
@@ -153,12 +153,85 @@ func (v *verifyStats) verifyOnce(p string) {
 		v.otherErrors = append(v.otherErrors, fmt.Sprintf("%s: %v", p, err))
 	default:
 		if cerr := checkContent(id, data); cerr != nil {
-			v.wrong = append(v.wrong, fmt.Sprintf("%s (%d bytes): %v; %s", p, len(data), cerr, badBlocks(id, data)))
+			v.wrong = append(v.wrong, fmt.Sprintf("%s (%d bytes): %v; %s; %s; %s", p, len(data), cerr, badBlocks(id, data), trace, reread(p, id)))
 			return
 		}
 		v.files++
 		v.bytes += int64(len(data))
 	}
+}
+
+// readTraced reads the file at p whole, like os.ReadFile, and says how:
+// the size fstat gave before and after, and each read's offset and count.
+// A wrong read is only explained with that.
+func readTraced(p string) ([]byte, string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	var tr strings.Builder
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, "", err
+	}
+	fmt.Fprintf(&tr, "fstat %d; reads", fi.Size())
+	data := make([]byte, 0, fi.Size()+1)
+	for {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := syscall.Pread(int(f.Fd()), data[len(data):cap(data)], int64(len(data)))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, "", &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		fmt.Fprintf(&tr, " %d+%d", len(data), n)
+		if n == 0 {
+			break
+		}
+		data = data[:len(data)+n]
+	}
+	if fi, err := f.Stat(); err == nil {
+		fmt.Fprintf(&tr, "; fstat after %d", fi.Size())
+	}
+	return data, tr.String(), nil
+}
+
+// reread reads the file at p again through the page cache and with
+// O_DIRECT (the replica's own answer, no cached page), and says what each
+// found.
+func reread(p string, id uint64) string {
+	var out []string
+	if data, err := os.ReadFile(p); err != nil {
+		out = append(out, fmt.Sprintf("reread: %v", err))
+	} else if cerr := checkContent(id, data); cerr != nil {
+		out = append(out, fmt.Sprintf("reread: %d bytes still wrong: %s", len(data), badBlocks(id, data)))
+	} else {
+		out = append(out, fmt.Sprintf("reread: %d bytes right", len(data)))
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		return strings.Join(append(out, fmt.Sprintf("O_DIRECT: %v", err)), "; ")
+	}
+	defer f.Close()
+	var data []byte
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := f.ReadAt(buf, int64(len(data)))
+		data = append(data, buf[:n]...)
+		if n == 0 || err != nil {
+			break
+		}
+	}
+	if cerr := checkContent(id, data); cerr != nil {
+		out = append(out, fmt.Sprintf("O_DIRECT: %d bytes wrong: %s", len(data), badBlocks(id, data)))
+	} else {
+		out = append(out, fmt.Sprintf("O_DIRECT: %d bytes right", len(data)))
+	}
+	return strings.Join(out, "; ")
 }
 
 // verifyTree reads and checks every churn file under dir once.
