@@ -19,6 +19,12 @@ const DefaultReaderTTL = 3 * time.Minute
 // retryAfterFailure is the longest wait after a failed renewal.
 const retryAfterFailure = 5 * time.Second
 
+// firstManifestPoll is how often a renewer with no manifest pinned yet
+// looks for one: until it has a record, the writer's grace does not know
+// of this reader (waiting TTL/3 left a new replica unprotected for a
+// minute, and for 13 with a 40-minute TTL).
+const firstManifestPoll = time.Second
+
 // RenewerOptions configure a Renewer. Zero values take the defaults.
 type RenewerOptions struct {
 	Store objstore.Store // required
@@ -194,9 +200,18 @@ func (r *Renewer) Close() error {
 	return nil
 }
 
+// nextWait is the wait before the next renewal: TTL/3, or
+// firstManifestPoll while nothing is pinned.
+func (r *Renewer) nextWait() time.Duration {
+	if r.Record().ManifestSeq == 0 {
+		return min(r.o.TTL/3, firstManifestPoll)
+	}
+	return r.o.TTL / 3
+}
+
 func (r *Renewer) loop() {
 	defer r.wg.Done()
-	wait := r.o.TTL / 3
+	wait := r.nextWait()
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -212,7 +227,7 @@ func (r *Renewer) loop() {
 			r.mu.renewals++
 		}
 		r.mu.Unlock()
-		wait = r.o.TTL / 3
+		wait = r.nextWait()
 		if err != nil {
 			if r.ctx.Err() != nil {
 				return

@@ -114,3 +114,34 @@ func TestRenewerWaitsForFirstManifest(t *testing.T) {
 		t.Fatalf("record left after Close: %v", err)
 	}
 }
+
+// The worker of a renewer with nothing pinned looks for the first
+// manifest every second, not every TTL/3: until its record exists the
+// writer's grace does not account for this reader.
+func TestRenewerPinsFirstManifestWithinASecond(t *testing.T) {
+	ctx := context.Background()
+	st := objstore.NewMem()
+	clk := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	var seq atomic.Uint64
+	r, err := NewRenewer(RenewerOptions{Store: st, Name: "reader-h-3", TTL: 40 * time.Minute,
+		ManifestSeq: seq.Load, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	seq.Store(7)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		clk.Advance(time.Second)
+		if rec, err := Get(ctx, st, "reader-h-3"); err == nil && rec.ManifestSeq == 7 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no record pinning the first manifest after the worker's polls (it waited TTL/3)")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
