@@ -63,6 +63,19 @@ func (e *Engine) cacheDiskRoom() error {
 	return nil
 }
 
+// An I/O error on the cache disk: a disk-cache frame that cannot be
+// written or read only costs a store request (segment/diskcache.go). The
+// metadata store cannot go on after one (lsm/failure.go): the engine then
+// refuses every operation that changes anything with that error (EIO to
+// applications), metadata reads fail the same way, no barrier succeeds
+// (fsync fails with EIO: nothing more is acknowledged), and the
+// background flusher and cleaner stand still. Everything acknowledged
+// before is in the store; a restart with a healthy cache directory
+// recovers it.
+
+// LocalFailure returns the metadata store's failure, or nil.
+func (e *Engine) LocalFailure() error { return e.db.Failed() }
+
 // metadataRoom fails with ErrNoSpace while the metadata store's
 // emergency reserve is released.
 func (e *Engine) metadataRoom() error {

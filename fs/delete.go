@@ -115,7 +115,7 @@ func (e *Engine) cleaner(ctx context.Context) {
 // CleanTombstones runs one cleaner transaction: up to CleanerBatch
 // tombstones and CleanerBatch pointers. It returns the pointers removed.
 func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
-	if e.opts.ReadOnly || e.db.ReserveReleased() {
+	if e.opts.ReadOnly || e.db.ReserveReleased() || e.db.Failed() != nil {
 		// With the metadata store's reserve in use, the cleaner waits
 		// (cachedisk.go).
 		return 0, nil

@@ -421,6 +421,9 @@ func (e *Engine) writable() error {
 	if e.closed.Load() {
 		return ErrClosed
 	}
+	if err := e.db.Failed(); err != nil {
+		return err // EIO (cachedisk.go)
+	}
 	return e.metadataRoom()
 }
 

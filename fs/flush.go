@@ -444,7 +444,9 @@ func (e *Engine) flusher(ctx context.Context) {
 			}
 		case <-tick:
 			tick = e.clk.After(e.opts.FlushInterval)
-			if !e.needsBarrier() {
+			if !e.needsBarrier() || e.db.Failed() != nil {
+				// A failed metadata store was logged once; no barrier
+				// can succeed again (cachedisk.go).
 				continue
 			}
 			if err := e.Barrier(ctx); err != nil && ctx.Err() == nil {

@@ -31,6 +31,11 @@ func (db *DB) Barrier(ctx context.Context) error {
 }
 
 func (db *DB) barrierLocked(ctx context.Context) error {
+	if err := db.Failed(); err != nil {
+		// What Pebble holds can no longer be trusted: acknowledge
+		// nothing more (failure.go).
+		return err
+	}
 	db.closeMu.RLock()
 	closed := db.closed
 	db.closeMu.RUnlock()

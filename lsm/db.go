@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrClosed is returned by operations on a closed DB.
@@ -72,7 +73,10 @@ type DB struct {
 
 	openedAt time.Duration // Clock.Mono at open: the age floor of older journals
 
-	res reserve // the emergency reserve of free space (reserve.go)
+	res        reserve // the emergency reserve of free space (reserve.go)
+	fail       failure // set once Pebble failed with an I/O error (failure.go)
+	sinceFlush int     // batch bytes committed since the last memtable flush (commitMu)
+	vfs        vfs.FS  // Pebble's filesystem (probeLocal)
 
 	bgCtx     context.Context
 	bgCancel  context.CancelFunc
@@ -130,14 +134,28 @@ func (db *DB) Fenced() error {
 	return db.mu.fenced
 }
 
-// withPebble runs f with pdb guarded against Close.
-func (db *DB) withPebble(f func(p *pebble.DB) error) error {
+// withPebble runs f with pdb guarded against Close. Once the local store
+// failed it does not run f; an I/O error or a panic in f fails it
+// (failure.go).
+func (db *DB) withPebble(f func(p *pebble.DB) error) (err error) {
 	db.closeMu.RLock()
 	defer db.closeMu.RUnlock()
 	if db.closed {
 		return ErrClosed
 	}
-	return f(db.pdb)
+	if err := db.Failed(); err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = db.failLocal(fmt.Errorf("pebble gave up: %v", r))
+		}
+	}()
+	err = f(db.pdb)
+	if isLocalFailure(err) {
+		err = db.failLocal(err)
+	}
+	return err
 }
 
 // Get returns a copy of key's value.
@@ -366,6 +384,7 @@ func (db *DB) Commit(b *Batch) error {
 	db.mu.Lock()
 	db.mu.queue = append(db.mu.queue, repr)
 	db.mu.Unlock()
+	db.flushIfDue(len(repr))
 	return nil
 }
 
@@ -396,6 +415,13 @@ func (db *DB) Close() error {
 func (db *DB) close() error {
 	db.bgCancel()
 	close(db.stopCh)
+	if err := db.Failed(); err != nil {
+		// Pebble, and a background goroutine of ours waiting on it, may
+		// be stuck on a lock a panic or a parked goroutine holds: leave
+		// them, and write no clean-shutdown marker (the next open
+		// recovers from the store).
+		return err
+	}
 	db.wg.Wait()
 
 	db.commitMu.Lock()

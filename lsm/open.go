@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/objstore"
@@ -144,7 +145,8 @@ func (db *DB) fetchManifest(ctx context.Context, seq uint64) (*Manifest, error) 
 func (db *DB) openPebble(mustExist bool) error {
 	po := &pebble.Options{
 		Merger:             counterMerger,
-		Logger:             pebbleLogger{db.opts.Logger},
+		Logger:             pebbleLogger{l: db.opts.Logger, onFatal: db.fatal},
+		EventListener:      &pebble.EventListener{BackgroundError: db.backgroundError},
 		FormatMajorVersion: pebble.FormatNewest,
 		ErrorIfNotExists:   mustExist,
 		MemTableSize:       memTableSize,
@@ -152,6 +154,10 @@ func (db *DB) openPebble(mustExist bool) error {
 	if db.opts.Tune != nil {
 		db.opts.Tune(po)
 		po.Merger = counterMerger
+	}
+	db.vfs = po.FS
+	if db.vfs == nil {
+		db.vfs = vfs.Default
 	}
 	p, err := pebble.Open(db.pebbleDir, po)
 	if err != nil {

@@ -131,7 +131,10 @@ func (o *Options) Validate() error {
 }
 
 // pebbleLogger routes Pebble's logging into slog.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l       *slog.Logger
+	onFatal func(msg string) // DB.fatal: does not return
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
@@ -140,10 +143,14 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
 }
 
-// Fatalf is Pebble's "cannot continue" (an internal invariant, never our
-// input); Pebble expects it not to return.
+// Fatalf is Pebble's "cannot continue" (a failed write of its log or
+// MANIFEST, an internal invariant); Pebble expects it not to return. The
+// DB fails (failure.go).
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	p.l.Error("pebble fatal: " + msg)
+	if p.onFatal != nil {
+		p.onFatal(msg)
+	}
 	panic("pebble: " + msg)
 }

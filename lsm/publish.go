@@ -50,6 +50,9 @@ func (db *DB) publishLoop() {
 		if !due {
 			continue
 		}
+		if db.Failed() != nil {
+			return // logged once by failLocal
+		}
 		if seq, err := db.Publish(db.bgCtx); err != nil {
 			full := errors.Is(err, ErrLocalFull)
 			if db.bgCtx.Err() == nil && (!full || !postponed) {
@@ -201,6 +204,12 @@ func (db *DB) checkpoint(ctx context.Context) (dir string, seq uint64, err error
 	if err := db.localRoom(); err != nil {
 		return "", 0, fmt.Errorf("lsm: publish postponed: %w", err)
 	}
+	// The flush rotates Pebble's log, which Pebble cannot survive failing
+	// (failure.go).
+	if err := db.probeLocal(); err != nil {
+		return "", 0, fmt.Errorf("lsm: publish: %w", err)
+	}
+	db.sinceFlush = 0
 	if err := os.MkdirAll(db.tmpDir(), 0o700); err != nil {
 		return "", 0, fmt.Errorf("lsm: publish: %w", err)
 	}

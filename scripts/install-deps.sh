@@ -2,7 +2,8 @@
 # Installs what the ebbfs tests need on a fresh Debian/Ubuntu machine:
 #   fuse3 (fusermount3, /dev/fuse users), libnbd-bin (nbdinfo, nbdcopy),
 #   nbdfuse, qemu-utils (qemu-img, qemu-nbd), e2fsprogs (mkfs.ext4), util-linux
-#   (mount, umount), tmux (the monitor test), chromium (the status page test,
+#   (mount, umount), dmsetup (the cache disk EIO test: device-mapper's error
+#   target), tmux (the monitor test), chromium (the status page test,
 #   headless), and the S3 server (scripts/install-s3-server.sh).
 # Idempotent: installs only what is missing; runs apt-get update only when
 # it has something to install. As non-root it only reports what is missing.
@@ -23,10 +24,11 @@ declare -A probe=(
 	[spin]=spin
 	[gcc]=gcc
 	[iproute2]=ip
+	[dmsetup]=dmsetup
 )
 
 missing=()
-for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc iproute2; do
+for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc iproute2 dmsetup; do
 	if ! command -v "${probe[$pkg]}" >/dev/null 2>&1 && ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
 		missing+=("$pkg")
 	fi
@@ -54,6 +56,8 @@ if [ "$(id -u)" -eq 0 ] && [ ! -e /dev/fuse ]; then
 fi
 if [ "$(id -u)" -eq 0 ] && command -v modprobe >/dev/null 2>&1; then
 	modprobe fuse 2>/dev/null || true
+	# device-mapper and its error target (tests/cacheeio_test.go)
+	modprobe dm_mod 2>/dev/null || true
 fi
 
 if [ -x "$here/install-s3-server.sh" ] || [ -f "$here/install-s3-server.sh" ]; then

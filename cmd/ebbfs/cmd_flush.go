@@ -90,6 +90,9 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			}
 			free, ok1 := st.Extra[extraCacheDirFree].(float64)
 			floor, ok2 := st.Extra[extraCacheDirFloor].(float64)
+			if failed, ok := st.Extra[extraMetadataFailed].(string); ok {
+				fmt.Fprintf(out, "STOPPED: %s; every operation fails with EIO and nothing more is acknowledged; stop this writer and start it with a healthy cache directory (everything fsynced is in the store)\n", failed)
+			}
 			if released, _ := st.Extra[extraCacheDirReserveReleased].(bool); released {
 				fmt.Fprintf(out, "CACHE DIRECTORY FULL: %.1f MiB free, the metadata store's emergency reserve is in use; everything that adds metadata fails with ENOSPC until there is room (fsync of earlier writes goes on)\n", free/(1<<20))
 			} else if ok1 && ok2 && free < floor {

@@ -209,4 +209,5 @@ const (
 	extraCacheDirFree            = "cache_dir_free"
 	extraCacheDirFloor           = "cache_dir_floor"
 	extraCacheDirReserveReleased = "cache_dir_reserve_released"
+	extraMetadataFailed          = "metadata_failed"
 )

@@ -154,6 +154,9 @@ func (p *process) Status(ctx context.Context) admin.Status {
 	if p.lag != nil {
 		extra[extraReplica] = p.lag.get(ctx)
 	}
+	if err := p.e.LocalFailure(); err != nil {
+		extra[extraMetadataFailed] = err.Error()
+	}
 	if free, floor, err := p.e.CacheDirSpace(); err == nil && !p.e.ReadOnly() {
 		extra[extraCacheDirFree] = free
 		extra[extraCacheDirFloor] = floor
