@@ -192,7 +192,15 @@ func TestReplicaChurn(t *testing.T) {
 	if soakReplica() {
 		dur = 10 * time.Minute
 	}
-	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=200"))
+	// Reclamation runs 200 times faster, so that repacks and deletions
+	// happen within the test. The replica's checkpoint lives 40 minutes,
+	// which makes the writer's grace (the span plus 30 s, also 200 times
+	// faster) about 12 s: longer, as in production, than the 10 s for
+	// which a replica answers reads past a recent truncation with the
+	// bytes from before it (fs/shrink.go). With the default 3 minutes it
+	// would be about 1 s, and those frames could be deleted before the
+	// kernel asks. (A read that finds its segment gone is tested in fs.)
+	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=200", "EBBFS_TEST_READER_TTL=40m"))
 	e.init()
 	w := e.mount()
 	r := e.sameStore()
