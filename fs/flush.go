@@ -305,6 +305,16 @@ func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes i
 			return err
 		}
 		failpoint.Hit("segment-after-upload")
+		// What was just written is the likeliest to be read next (a VM
+		// or database reading back its own writes): keep its frames in
+		// the disk cache rather than fetching them again.
+		ptrs := make([]segment.Pointer, 0, len(batch))
+		for _, it := range batch {
+			if !it.hole {
+				ptrs = append(ptrs, it.ptr)
+			}
+		}
+		e.rd.Admit(obj, ptrs)
 	}
 	if err := e.commitSegment(segID, frameBytes, int64(len(obj)), batch); err != nil {
 		return err

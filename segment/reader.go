@@ -150,6 +150,22 @@ func (r *Reader) Close() error {
 	return nil
 }
 
+// Admit offers the frames of a segment object this process has just
+// uploaded to the disk cache, so that reading them back (after the
+// memory cache let them go, or after a restart) costs no store request.
+// It never waits: frames the cache's queue has no room for are left out.
+// obj is the whole object; ps point into it.
+func (r *Reader) Admit(obj []byte, ps []Pointer) {
+	if r.disk == nil {
+		return
+	}
+	for _, p := range ps {
+		if p.Length > 0 && p.End() <= uint64(len(obj)) {
+			r.disk.put(p, obj[p.Offset:p.End()])
+		}
+	}
+}
+
 // Forget drops every cached frame of a deleted segment.
 func (r *Reader) Forget(segID uint64) {
 	r.mu.Lock()
