@@ -15,6 +15,14 @@ var KDFForTests func() keys.KDFParams
 // Init creates a new filesystem in an empty store: it writes the descriptor
 // (put-if-absent) and returns the keys. It fails if the store already holds one.
 func Init(ctx context.Context, s objstore.Store, password string) (*keys.Keys, error) {
+	return InitCipher(ctx, s, password, keys.DefaultCipher())
+}
+
+// InitCipher is Init with the frame cipher chosen (keys.ParseCipher).
+func InitCipher(ctx context.Context, s objstore.Store, password string, c keys.Cipher) (*keys.Keys, error) {
+	if !c.Valid() {
+		return nil, fmt.Errorf("init: unknown cipher %q", c)
+	}
 	if _, err := s.Head(ctx, keys.DescriptorKey); err == nil {
 		return nil, fmt.Errorf("init: the store already holds a filesystem (%s exists)", keys.DescriptorKey)
 	} else if !objstore.IsNotFound(err) {
@@ -24,7 +32,7 @@ func Init(ctx context.Context, s objstore.Store, password string) (*keys.Keys, e
 	if KDFForTests != nil {
 		kdf = KDFForTests()
 	}
-	d, k, err := keys.NewDescriptor(password, kdf)
+	d, k, err := keys.NewDescriptorCipher(password, kdf, c)
 	if err != nil {
 		return nil, err
 	}

@@ -31,12 +31,21 @@ func TestCipherFormats(t *testing.T) {
 	}{
 		{"format1-xchacha20", 1, keys.CipherXChaCha20Poly1305},
 		{"init-default", keys.FormatVersion, keys.DefaultCipher()},
+		{"init-cipher-xchacha20", keys.FormatVersion, keys.CipherXChaCha20Poly1305},
+		{"init-cipher-xaes", keys.FormatVersion, keys.CipherXAES256GCM},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
-			if tc.format == 1 {
+			switch {
+			case tc.format == 1:
 				writeFormat1Descriptor(t, e)
-			} else {
+			case strings.HasPrefix(tc.name, "init-cipher-"):
+				// ebbfs init --cipher: the choice is recorded and said.
+				r := e.mustEbbfs("init", "--cipher", string(tc.want))
+				if !strings.Contains(r.stdout, "cipher "+string(tc.want)) {
+					t.Fatalf("ebbfs init --cipher %s printed %q", tc.want, r.stdout)
+				}
+			default:
 				e.init()
 			}
 			d := readStoreDescriptor(t, e)
@@ -177,4 +186,18 @@ func segmentFiles(t *testing.T, e *env) []string {
 		t.Fatal("no segments in the store")
 	}
 	return out
+}
+
+// TestInitRefusesUnknownCipher: a cipher name ebbfs does not know is a
+// usage error that names the choices, and nothing is written.
+func TestInitRefusesUnknownCipher(t *testing.T) {
+	e := newEnv(t)
+	r := e.ebbfs("init", "--cipher", "aes-128-ecb")
+	if r.code == 0 || !strings.Contains(r.stderr, "xaes-256-gcm") {
+		t.Fatalf("init --cipher aes-128-ecb: exit %d, stderr %q; want an error naming the ciphers", r.code, r.stderr)
+	}
+	r = e.mustEbbfs("init")
+	if !strings.Contains(r.stdout, "initialized") {
+		t.Fatalf("init after the refused one printed %q", r.stdout)
+	}
 }
