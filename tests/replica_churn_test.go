@@ -179,15 +179,6 @@ func (e *env) reclaimTotals() reclaimTotals {
 // read error on the replica; it reads while no writer runs; at the end it
 // holds exactly the writer's files. 2 minutes; 10 with make soak-replica.
 func TestReplicaChurn(t *testing.T) {
-	// Open bug (issue 10): on a fully loaded run of make test after the
-	// fixes of this stop, the replica still read zero tails in 2 files
-	// (zeroes from a page boundary to the end of the file) and one file
-	// of a size that is not a multiple of 4 KiB, which the writer never
-	// made. Until that is found the test runs, strict, in make
-	// soak-replica or with EBBFS_REPLICA_CHURN=1, not in make test.
-	if !soakReplica() && os.Getenv("EBBFS_REPLICA_CHURN") == "" {
-		t.Skip("open bug: rare wrong reads under churn (issue 10); run make soak-replica or set EBBFS_REPLICA_CHURN=1")
-	}
 	dur := 2 * time.Minute
 	if soakReplica() {
 		dur = 10 * time.Minute
