@@ -36,7 +36,21 @@ type options struct {
 	// targets during the sequential write and the cold read.
 	cpuProfile     string
 	profileSeconds int
+	// fsyncs is the iterations of the 4 KiB pwrite+fsync loop.
+	fsyncs int
+	// The random-overwrite workload: a file of rwSize, rwWrites random
+	// 4 KiB pwrites, an fsync every rwFsyncEvery, then up to rwSettle for
+	// the store to shrink back.
+	rwSize       int64
+	rwWrites     int
+	rwFsyncEvery int
+	rwSettle     time.Duration
 }
+
+// allGroups are the workload groups in the order they run in each round.
+// The random overwrites come first, so that in the first round they find
+// a store holding nothing else (its size is one of their figures).
+var allGroups = []string{"overwrite", "fsync", "write", "read", "rand", "small"}
 
 func main() {
 	var o options
@@ -44,6 +58,12 @@ func main() {
 	flag.Var(&size, "size", "size of the large file (a multiple of 1MiB)")
 	flag.IntVar(&o.files, "files", 5000, "small files created, stat'ed and deleted")
 	flag.IntVar(&o.randReads, "randreads", 20000, "4 KiB random preads")
+	flag.IntVar(&o.fsyncs, "fsyncs", 2000, "iterations of the 4 KiB pwrite+fsync loop")
+	rwSize := sizeFlag(256 * MiB)
+	flag.Var(&rwSize, "rw-size", "size of the random-overwrite file (a multiple of 1MiB)")
+	flag.IntVar(&o.rwWrites, "rw-writes", 65536, "random 4 KiB pwrites of the random-overwrite workload")
+	flag.IntVar(&o.rwFsyncEvery, "rw-fsync-every", 256, "random-overwrite workload: an fsync after every this many pwrites (and after the last)")
+	flag.DurationVar(&o.rwSettle, "rw-settle", 180*time.Second, "random-overwrite workload: wait up to this long afterwards for the ebbfs store to shrink below 1.1x the file (0: do not wait)")
 	flag.StringVar(&o.parent, "dir", "/var/tmp", "directory on the disk under test; a fresh mountbench-* directory is made in it")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (files, ebbfs store, logs)")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the file contents and random offsets")
@@ -52,7 +72,7 @@ func main() {
 	flag.StringVar(&o.ebbfsBin, "ebbfs", "", "use this ebbfs binary instead of building ./cmd/ebbfs")
 	flag.BoolVar(&o.kernelPassthrough, "kernel-passthrough", false, "let the go-fuse loopback use FUSE passthrough (the kernel then reads and writes the backing files itself)")
 	flag.BoolVar(&o.s3, "s3", true, "also run ebbfs on the S3 test server (versitygw, posix backend on the same disk) as target ebbfs-s3")
-	groups := flag.String("groups", "write,read,rand,small", "workload groups to run, comma-separated: write, read, rand, small (read and rand read what write wrote)")
+	groups := flag.String("groups", strings.Join(allGroups, ","), "workload groups to run, comma-separated: "+strings.Join(allGroups, ", ")+" (read and rand read what write wrote)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of the ebbfs targets during the sequential write and the cold read into this directory")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 8, "length of each -cpuprofile profile")
 	serve := flag.Bool("serve-loopback", false, "internal: serve a go-fuse loopback of -src at -mnt")
@@ -77,10 +97,11 @@ func main() {
 		return
 	}
 	o.size = int64(size)
+	o.rwSize = int64(rwSize)
 	o.groups = map[string]bool{}
 	for _, g := range strings.Split(*groups, ",") {
 		switch g = strings.TrimSpace(g); g {
-		case "write", "read", "rand", "small":
+		case "fsync", "overwrite", "write", "read", "rand", "small":
 			o.groups[g] = true
 		default:
 			fmt.Fprintf(os.Stderr, "mountbench: unknown group %q in -groups\n", g)
@@ -93,6 +114,10 @@ func main() {
 	}
 	if o.size < blockSize || o.size%blockSize != 0 || o.files < 1 || o.randReads < 1 || o.rounds < 1 {
 		fmt.Fprintln(os.Stderr, "mountbench: -size must be a positive multiple of 1MiB; -files, -randreads and -rounds positive")
+		os.Exit(2)
+	}
+	if o.fsyncs < 1 || o.rwSize < blockSize || o.rwSize%blockSize != 0 || o.rwWrites < 1 || o.rwFsyncEvery < 1 || o.rwSettle < 0 {
+		fmt.Fprintln(os.Stderr, "mountbench: -rw-size must be a positive multiple of 1MiB; -fsyncs, -rw-writes and -rw-fsync-every positive; -rw-settle not negative")
 		os.Exit(2)
 	}
 	os.Exit(run(o))
@@ -212,6 +237,7 @@ type target struct {
 	cache  string  // ebbfs's cache directory
 	hwm    int64   // peak RSS of the server, sampled before it stops
 	rss    int64
+	segs   string        // the directory holding ebbfs's store's segments/ objects
 	frames int64         // bytes in ebbfs's on-disk frame cache at the end
 	stop   time.Duration // umount to exit
 	stopE  error
@@ -265,7 +291,8 @@ func (b *bench) main() error {
 	if err != nil {
 		return err
 	}
-	b.targets = append(b.targets, &target{name: "ebbfs", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache})
+	b.targets = append(b.targets, &target{name: "ebbfs", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache,
+		segs: filepath.Join(l.store, "segments")})
 
 	if b.o.s3 {
 		storage, err := startS3(filepath.Join(b.work, "s3"))
@@ -280,7 +307,8 @@ func (b *bench) main() error {
 		if err != nil {
 			return err
 		}
-		b.targets = append(b.targets, &target{name: "ebbfs-s3", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache})
+		b.targets = append(b.targets, &target{name: "ebbfs-s3", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache,
+			segs: s3SegmentsDir()})
 	}
 
 	b.runGroups()
@@ -419,6 +447,8 @@ func (b *bench) runGroups() {
 		flag, name string
 		f          func(*target)
 	}{
+		{"overwrite", "random overwrites", b.overwriteGroup},
+		{"fsync", "4 KiB write+fsync loop", b.fsyncGroup},
 		{"write", "sequential write", b.writeGroup},
 		{"read", "sequential reads", b.readGroup},
 		{"rand", "random reads", b.randGroup},
@@ -439,14 +469,14 @@ func (b *bench) runGroups() {
 		for i := range b.targets {
 			order = append(order, b.targets[(i+round)%n])
 		}
-		if round > 0 {
-			for _, t := range b.targets {
-				if err := os.Remove(t.big()); err != nil {
-					fmt.Fprintf(os.Stderr, "mountbench: %v\n", err)
+		for _, g := range groups {
+			if round > 0 && g.name == "sequential write" {
+				for _, t := range b.targets {
+					if err := os.Remove(t.big()); err != nil {
+						fmt.Fprintf(os.Stderr, "mountbench: %v\n", err)
+					}
 				}
 			}
-		}
-		for _, g := range groups {
 			fmt.Fprintf(os.Stderr, "mountbench: round %d/%d, %s (load average %s)\n", round+1, b.o.rounds, g.name, loadAvgLine())
 			for _, t := range order {
 				syscall.Sync() // the previous target's writeback is not this one's cost

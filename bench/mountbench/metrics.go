@@ -15,11 +15,12 @@ import (
 type storeCounters struct {
 	up, down int64 // payload bytes
 	requests int64 // every operation, every key space
+	puts     int64 // put, every key space
 	gets     int64 // get and get_range on segments/
 }
 
 func (c storeCounters) sub(o storeCounters) storeCounters {
-	return storeCounters{up: c.up - o.up, down: c.down - o.down, requests: c.requests - o.requests, gets: c.gets - o.gets}
+	return storeCounters{up: c.up - o.up, down: c.down - o.down, requests: c.requests - o.requests, puts: c.puts - o.puts, gets: c.gets - o.gets}
 }
 
 // scrapeStore reads ebbfs's /metrics over its admin unix socket.
@@ -62,6 +63,9 @@ func scrapeStore(sock string) (storeCounters, error) {
 			c.down = int64(v)
 		case strings.HasPrefix(name, "ebbfs_store_requests_total{"):
 			c.requests += int64(v)
+			if strings.Contains(name, `op="put"`) {
+				c.puts += int64(v)
+			}
 			if strings.Contains(name, `space="segments"`) &&
 				(strings.Contains(name, `op="get"`) || strings.Contains(name, `op="get_range"`)) {
 				c.gets += int64(v)

@@ -22,6 +22,22 @@ var s3srv struct {
 	s *s3test.Server
 }
 
+// s3Prefix is the key prefix of the ebbfs-s3 target's store in the
+// server's bucket.
+const s3Prefix = "bench"
+
+// s3SegmentsDir is where the S3 test server's posix backend keeps the
+// objects under s3Prefix/segments/ (one file per object, at its key under
+// the bucket's directory), or "" when no server runs.
+func s3SegmentsDir() string {
+	s3srv.Lock()
+	defer s3srv.Unlock()
+	if s3srv.s == nil {
+		return ""
+	}
+	return filepath.Join(s3srv.s.Dir, "data", s3srv.s.Bucket, s3Prefix, "segments")
+}
+
 // startS3 launches versitygw under dir and returns the [storage] section
 // for an ebbfs on it. Its credentials go into this process's environment,
 // which ebbfs init and ebbfs run inherit.
@@ -39,7 +55,7 @@ func startS3(dir string) (string, error) {
 			return "", err
 		}
 	}
-	return fmt.Sprintf("url = %q\nendpoint = %q\nregion = %q\n", srv.URL("bench"), srv.Endpoint, srv.Region), nil
+	return fmt.Sprintf("url = %q\nendpoint = %q\nregion = %q\n", srv.URL(s3Prefix), srv.Endpoint, srv.Region), nil
 }
 
 // stopS3 stops the S3 test server, if one runs.
