@@ -385,8 +385,18 @@ func (c *diskCache) drop(p Pointer, why string) {
 	}
 }
 
-// put queues an encrypted frame for the disk cache without waiting.
+// put queues a copy of an encrypted frame for the disk cache without
+// waiting.
 func (c *diskCache) put(p Pointer, frame []byte) {
+	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
+		return
+	}
+	c.putOwned(p, append([]byte(nil), frame...))
+}
+
+// putOwned is put of a frame the cache may keep: the caller neither
+// changes nor reuses it.
+func (c *diskCache) putOwned(p Pointer, frame []byte) {
 	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
 		return
 	}
@@ -396,7 +406,7 @@ func (c *diskCache) put(p Pointer, frame []byte) {
 		return
 	}
 	select {
-	case c.q <- diskPut{p: p, frame: append([]byte(nil), frame...)}:
+	case c.q <- diskPut{p: p, frame: frame}:
 	default:
 	}
 }

@@ -429,7 +429,7 @@ func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, buf []byte, fra
 		}
 		plains[j], outside[j] = out, !inPlace
 		if r.disk != nil { // only authenticated frames are cached
-			r.disk.put(ps[i], sealed[j])
+			r.disk.putOwned(ps[i], sealed[j])
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
