@@ -6,6 +6,7 @@
 // Run it from the repository as root (it drops the page cache and mounts):
 //
 //	go run ./bench/mountbench [-size 1GiB] [-files 5000] [-dir /var/tmp] [-keep] [-rounds 1]
+//	    [-fsyncs 2000] [-rw-size 256MiB] [-rw-writes 65536] [-rw-settle 180s]
 //
 // It builds ./cmd/ebbfs, runs `ebbfs init` and `ebbfs run` as a child with
 // [cache] memory_size = "256MiB", serves the loopback from a second child
