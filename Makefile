@@ -13,7 +13,7 @@ SYSTEMDDIR  ?= /etc/systemd/system
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION)
 BIN         := bin/ebbfs
-TEST_TIMEOUT ?= 25m
+TEST_TIMEOUT ?= 45m
 # Tests run on the test build: failpoints and the test time scale exist
 # only with this tag (production builds leave both out).
 TEST_TAGS   ?= ebbfs_testclock
