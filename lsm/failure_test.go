@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -82,14 +83,20 @@ func TestLocalEIOInCommit(t *testing.T) {
 	set(t, db, "a", "1")
 	barrier(t, db)
 	on.Store(true)
+	// Pebble writes its log in the background: the failure reaches the
+	// DB a moment after the write that met it, so commit until it does.
 	var err error
-	for i := 0; i < 1000 && err == nil; i++ {
+	i := 0
+	for deadline := time.Now().Add(10 * time.Second); err == nil && time.Now().Before(deadline); i++ {
 		b := db.NewBatch()
-		b.Set([]byte(fmt.Sprintf("k%04d", i)), make([]byte, 100))
+		b.Set([]byte(fmt.Sprintf("k%06d", i)), make([]byte, 100))
 		err = db.Commit(b)
+		if i%100 == 99 {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	if !errors.Is(err, ErrLocalFailed) {
-		t.Fatalf("1000 commits with the local disk failing: %v, want ErrLocalFailed", err)
+		t.Fatalf("%d commits in 10 s with the local disk failing: %v, want ErrLocalFailed", i, err)
 	}
 	if err := db.Barrier(context.Background()); !errors.Is(err, ErrLocalFailed) {
 		t.Fatalf("barrier after the failure: %v", err)

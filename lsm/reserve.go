@@ -60,6 +60,7 @@ type reserve struct {
 	mu       sync.Mutex // one check at a time
 	path     string
 	released atomic.Bool // deleted for lack of room, not re-created yet
+	created  bool        // made once (under mu): a later making is a return
 	free     atomic.Int64
 }
 
@@ -74,6 +75,9 @@ func (db *DB) initReserve() {
 	}
 	db.res.path = db.reservePath()
 	if fi, err := os.Stat(db.res.path); err == nil && fi.Size() == ReserveSize {
+		db.res.mu.Lock()
+		db.res.created = true
+		db.res.mu.Unlock()
 		return
 	}
 	db.res.released.Store(true)
@@ -120,8 +124,11 @@ func (db *DB) checkReserve() bool {
 		return true
 	}
 	db.res.released.Store(false)
-	db.opts.Logger.Info("lsm: the emergency reserve of the metadata store is back; metadata changes are accepted again",
-		"dir", db.opts.Dir, "free", avail-ReserveSize)
+	if db.res.created {
+		db.opts.Logger.Info("lsm: the emergency reserve of the metadata store is back; metadata changes are accepted again",
+			"dir", db.opts.Dir, "free", avail-ReserveSize)
+	}
+	db.res.created = true
 	return false
 }
 
