@@ -26,8 +26,9 @@ import (
 // So before it applies a journal the replica takes a snapshot of its
 // metadata, and keeps it for shrinkLife when the journal made a file
 // shorter. A read past the new end is answered from the newest such
-// snapshot in which the file reached that far: the file exactly as it was
-// just before one of its recent shrinks, a state it really had. (Mixing
+// snapshot in which the file reached as far as the read asks: the file
+// exactly as it was just before one of its recent shrinks, a state it
+// really had. (Mixing
 // extents from different moments could not promise that: an extent that
 // was a hole in one and data in another reads as zeroes.)
 
@@ -128,8 +129,9 @@ func (e *Engine) dropShrinks() {
 // ReadPastShrink reads, on a following replica, the bytes [off,
 // off+len(p)) of a file that a journal applied in the last shrinkLife
 // made shorter than that, as they were just before the newest such
-// shrink that reached past off: the kernel may have asked for them under
-// the size it still believed. It returns how many bytes it placed (0:
+// shrink whose old size covers them all (else the one that reached
+// furthest): the kernel may have asked for them under the size it still
+// believed. It returns how many bytes it placed (0:
 // nothing to add; the read ends where it ended).
 func (e *Engine) ReadPastShrink(ctx context.Context, ino uint64, p []byte, off int64) int {
 	if !e.opts.ReadOnly || e.opts.PinManifest != 0 || off < 0 || len(p) == 0 {
@@ -140,12 +142,23 @@ func (e *Engine) ReadPastShrink(ctx context.Context, ino uint64, p []byte, off i
 	now := e.clk.Mono()
 	var v *shrinkView
 	var size uint64
+	// The newest state that covers the whole request: the kernel asks
+	// under a size some state had, and a newer, shorter one would leave
+	// the rest to be zero-filled. Failing that, the longest one.
+	want := uint64(off) + uint64(len(p))
 	e.follow.shrinks.mu.Lock()
 	for i := len(e.follow.shrinks.views) - 1; i >= 0; i-- {
 		x := e.follow.shrinks.views[i]
-		if s, ok := x.sizes[ino]; ok && now <= x.until && s > uint64(off) {
+		s, ok := x.sizes[ino]
+		if !ok || now > x.until || s <= uint64(off) {
+			continue
+		}
+		if s >= want {
 			v, size = x, s
 			break
+		}
+		if s > size {
+			v, size = x, s
 		}
 	}
 	e.follow.shrinks.mu.Unlock()

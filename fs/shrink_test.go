@@ -187,3 +187,40 @@ func TestReplicaReadReResolvesGoneSegment(t *testing.T) {
 		t.Fatalf("replica read over a gone segment: %d bytes, %v, new bytes: %v", n, err, bytes.Equal(buf[:n], now[:n]))
 	}
 }
+
+// TestReadPastTwoShrinksUsesTheStateThatCoversIt: a file shrinks twice in
+// a row (ten extents, then four, then one) before the kernel learns of
+// either. A read under the first size must get all of it from the state
+// that had that size, not the four extents of the newer one and then a
+// short answer the kernel zero-fills.
+func TestReadPastTwoShrinksUsesTheStateThatCoversIt(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t)
+	ino := f.create("f")
+	orig := randBytes(11, 10*extentSize)
+	f.write(ino, orig, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	for _, size := range []uint64{4 * extentSize, extentSize} {
+		if _, err := f.e.SetAttr(ctx, ino, SetAttr{Valid: SetSize, Size: size}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.e.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Follow(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 9*extentSize)
+	got := r.ReadPastShrink(ctx, ino, buf, extentSize)
+	if got != len(buf) || !bytes.Equal(buf, orig[extentSize:]) {
+		t.Fatalf("read under the first size: %d of %d bytes, equal to the file then: %v", got, len(buf), bytes.Equal(buf[:got], orig[extentSize:extentSize+got]))
+	}
+}
