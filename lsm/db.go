@@ -203,7 +203,13 @@ func (db *DB) Scan(lower, upper []byte, f func(k, v []byte) error) error {
 	if db.closed {
 		return ErrClosed
 	}
-	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	return scanWith(db.pdb.NewIter, lower, upper, f)
+}
+
+// scanWith is Scan over the iterators newIter makes (a DB's or a
+// snapshot's).
+func scanWith(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), lower, upper []byte, f func(k, v []byte) error) error {
+	it, err := newIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}

@@ -72,20 +72,7 @@ func (s *Snapshot) Get(key []byte) (val []byte, ok bool, err error) {
 // Scan is DB.Scan on the snapshot.
 func (s *Snapshot) Scan(lower, upper []byte, f func(k, v []byte) error) error {
 	return s.with(func(ps *pebble.Snapshot) error {
-		it, err := ps.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-		if err != nil {
-			return err
-		}
-		defer it.Close()
-		for ok := it.First(); ok; ok = it.Next() {
-			if err := f(it.Key(), it.Value()); err != nil {
-				if errors.Is(err, ErrStopScan) {
-					return nil
-				}
-				return err
-			}
-		}
-		return it.Error()
+		return scanWith(ps.NewIter, lower, upper, f)
 	})
 }
 
