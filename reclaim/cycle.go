@@ -105,6 +105,8 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 	blocked := false
 	r.mu.Lock()
 	seenDead := make(map[uint64]bool)
+	seenLive := make(map[uint64]bool)
+	r.mu.coolAt = never
 	for _, c := range entries {
 		if c.id >= st.Cutoff {
 			continue
@@ -124,7 +126,9 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 			}
 			continue
 		}
-		if r.isCandidate(c) {
+		seenLive[c.id] = true
+		r.noteActivityLocked(c, now, !r.mu.scanned)
+		if r.isCandidate(c, now) {
 			if h.Paused {
 				blocked = true
 			} else {
@@ -132,6 +136,12 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 			}
 		}
 	}
+	for id := range r.mu.activity {
+		if !seenLive[id] {
+			delete(r.mu.activity, id)
+		}
+	}
+	r.mu.scanned = true
 	for id := range r.mu.deadlines {
 		if !seenDead[id] {
 			// Gone (deleted, dropped) or no longer dead (repaired).
@@ -162,7 +172,15 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 	return st, errors.Join(errs...)
 }
 
-func (r *Reclaimer) isCandidate(c counterEntry) bool {
+// isCandidate reports whether segment c is to be repacked now. Small
+// segments are, and so is one more than HotDeadPercent dead. One more
+// than min_dead_percent dead is repacked once it is cool: it lost less
+// than 1% of its frames over the last CoolTime. A segment that is still
+// being overwritten tends to die whole, and then deletion frees it at no
+// cost; repacking it meanwhile copies bytes that die in the copy next (under
+// random 4 KiB overwrites that made repack upload more than the writes).
+// Called with r.mu held, after noteActivityLocked.
+func (r *Reclaimer) isCandidate(c counterEntry, now time.Duration) bool {
 	if c.total <= 0 || c.size <= 0 {
 		return false
 	}
@@ -170,7 +188,42 @@ func (r *Reclaimer) isCandidate(c counterEntry) bool {
 		return true
 	}
 	deadFrames := c.total - c.live
-	return deadFrames*100 > int64(r.opts.MinDeadPercent)*c.total
+	if deadFrames*100 > int64(max(HotDeadPercent, r.opts.MinDeadPercent))*c.total {
+		return true
+	}
+	if deadFrames*100 <= int64(r.opts.MinDeadPercent)*c.total {
+		return false
+	}
+	a := r.mu.activity[c.id]
+	if a.cool || r.opts.CoolTime < 0 {
+		return true
+	}
+	r.mu.coolAt = min(r.mu.coolAt, a.since+r.opts.CoolTime)
+	return false
+}
+
+// segActivity is what the cycles saw of one segment's live bytes.
+type segActivity struct {
+	live  int64         // live bytes at since
+	since time.Duration // Mono when the current window started
+	cool  bool          // the last full window lost less than 1% of the frames
+}
+
+// noteActivityLocked follows how fast c loses live bytes, in windows of
+// CoolTime. Segments in the Reclaimer's first scan count as cool (nothing
+// is known of them); a segment sealed since then is not, until one window
+// has passed: new data is the likeliest to be overwritten.
+func (r *Reclaimer) noteActivityLocked(c counterEntry, now time.Duration, first bool) {
+	a, ok := r.mu.activity[c.id]
+	switch {
+	case !ok:
+		a = segActivity{live: c.live, since: now, cool: first}
+	case (a.live-c.live)*100 >= c.total:
+		a = segActivity{live: c.live, since: now}
+	case now-a.since >= r.opts.CoolTime:
+		a = segActivity{live: c.live, since: now, cool: true}
+	}
+	r.mu.activity[c.id] = a
 }
 
 // scanCounters reads every segment counter in key order. It sends no

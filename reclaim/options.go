@@ -16,6 +16,7 @@ const (
 	DefaultFlushInterval        = time.Second
 	DefaultMinDeadPercent       = 10
 	DefaultMaxConcurrentRepacks = 4
+	DefaultCoolTime             = 30 * time.Second
 )
 
 // Fixed numbers of DESIGN section 7 (not configurable).
@@ -49,6 +50,10 @@ const (
 	MaxRunBytes = 16 << 20
 	// RepointChunk is the most moves in one repoint transaction.
 	RepointChunk = 1000
+	// HotDeadPercent: a segment more than this share dead (or more than
+	// MinDeadPercent, if that is higher) is repacked even while it is
+	// still losing live bytes: copying it costs a ninth of what it frees.
+	HotDeadPercent = 90
 )
 
 // Options configure a Reclaimer. Zero values take the documented defaults.
@@ -69,6 +74,10 @@ type Options struct {
 	// MinDeadPercent: a segment with more than this share dead is a repack
 	// candidate ([reclaim] min_dead_percent, default 10, 1..99).
 	MinDeadPercent int
+	// CoolTime: a segment between MinDeadPercent and HotDeadPercent dead
+	// is repacked once it lost less than 1% of its frames over this long
+	// (default 30 s; negative: at once, as before the cooling rule).
+	CoolTime time.Duration
 	// MaxConcurrentRepacks bounds repack jobs running at once
 	// ([reclaim] max_concurrent_repacks, default 4, 1..64).
 	MaxConcurrentRepacks int
@@ -92,6 +101,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxConcurrentRepacks == 0 {
 		o.MaxConcurrentRepacks = DefaultMaxConcurrentRepacks
+	}
+	if o.CoolTime == 0 {
+		o.CoolTime = DefaultCoolTime
 	}
 	if o.Clock == nil {
 		o.Clock = clock.Real{}

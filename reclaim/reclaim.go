@@ -84,8 +84,11 @@ type Reclaimer struct {
 		lastCycle       time.Duration // Mono at the start of the last cycle
 		retryAt         time.Duration // 0: none
 		deadlines       map[uint64]time.Duration
-		sweepAt         time.Duration // Mono when the next sweep is due
-		sweepKnown      bool          // sweepAt is valid
+		activity        map[uint64]segActivity // live segments below the last cutoff
+		scanned         bool                   // a cycle has scanned the counters
+		coolAt          time.Duration          // when the first deferred repack candidate settles (never: none)
+		sweepAt         time.Duration          // Mono when the next sweep is due
+		sweepKnown      bool                   // sweepAt is valid
 		sweepFailures   int
 		lastSweep       time.Time // wall time of the last completed sweep (zero: unknown)
 		runReqs         []chan result[CycleStats]
@@ -146,6 +149,8 @@ func New(o Options) (*Reclaimer, error) {
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.mu.deadlines = map[uint64]time.Duration{}
+	r.mu.activity = map[uint64]segActivity{}
+	r.mu.coolAt = never
 	r.restoreDeadlines()
 	r.live.init()
 	return r, nil
@@ -353,6 +358,7 @@ func (r *Reclaimer) nextCycleLocked() time.Duration {
 			at = min(at, d)
 		}
 	}
+	at = min(at, r.mu.coolAt)
 	if at != never && r.mu.ranCycle {
 		at = max(at, r.mu.lastCycle+r.opts.FlushInterval)
 	}
