@@ -254,7 +254,7 @@ func (r *Reader) ShrinkDiskCache(n int64) int64 {
 	return r.disk.shrink(n)
 }
 
-// sync waits until every queued frame is written (tests).
+// sync waits until every queued frame is written.
 func (c *diskCache) sync() {
 	c.closeMu.Lock()
 	if c.closed {
@@ -453,7 +453,11 @@ func (c *diskCache) putSync(p Pointer, frame []byte) {
 	c.insertLocked(e)
 }
 
+// forget drops every cached frame of seg, queued ones included.
 func (c *diskCache) forget(seg uint64) {
+	// A frame of seg still in the queue would be written after this and
+	// stay: write the queue out first.
+	c.sync()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, el := range c.m[seg] {
