@@ -55,3 +55,49 @@ func TestUploadedFramesReadFromDiskCache(t *testing.T) {
 		t.Fatalf("%d segment requests; want every frame from the disk cache", fst.Fired(id))
 	}
 }
+
+// TestPartialOverwriteFindsItsExtentInMemory: an extent that a partial
+// write filled from committed data goes to the memory cache when its new
+// frame is committed, so the next partial write of it (random 4 KiB
+// overwrites) reads nothing from the disk cache or the store.
+func TestPartialOverwriteFindsItsExtentInMemory(t *testing.T) {
+	ctx := context.Background()
+	e := newTestFS(t).e
+	a, err := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const extents = 8
+	want := randBytes(3, extents*extentSize)
+	write := func(off int, p []byte) {
+		t.Helper()
+		if n, err := e.Write(ctx, a.Ino, p, int64(off)); err != nil || n != len(p) {
+			t.Fatalf("write at %d: %d, %v", off, n, err)
+		}
+		copy(want[off:], p)
+	}
+	write(0, append([]byte(nil), want...))
+	if err := e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 3; round++ {
+		before := e.rd.Stats()
+		for i := 0; i < extents; i++ {
+			write(i*extentSize+round*4096, randBytes(int64(10*round+i), 4096))
+		}
+		if err := e.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after := e.rd.Stats()
+		if round > 1 {
+			if after.MemHits-before.MemHits < extents || after.DiskHits != before.DiskHits || after.Misses != before.Misses {
+				t.Fatalf("round %d: %d memory hits, %d disk hits, %d misses; want every extent from memory",
+					round, after.MemHits-before.MemHits, after.DiskHits-before.DiskHits, after.Misses-before.Misses)
+			}
+		}
+	}
+	got := make([]byte, len(want))
+	if n, err := e.Read(ctx, a.Ino, got, 0); err != nil || n != len(got) || !bytes.Equal(got, want) {
+		t.Fatalf("read back: %d, %v, equal %v", n, err, bytes.Equal(got[:n], want[:n]))
+	}
+}

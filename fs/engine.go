@@ -86,6 +86,7 @@ type inode struct {
 	psize     uint64            // size safe to persist: covered by committed data
 	dirty     map[uint64][]byte // extent index -> ExtentSize plaintext not yet sealed
 	flushing  map[uint64]*flushEntry
+	rmw       map[uint64]bool     // dirty extents that a partial write filled from committed data
 	attrDirty bool                // attributes changed without a commit (atime, mtime of writes)
 	res       []schema.ExtentSpan // holes reserved by fallocate (allocate.go)
 	deleted   bool
@@ -104,6 +105,11 @@ type readAheadRun struct {
 
 type flushEntry struct {
 	data []byte
+	// remember: once committed, data goes to the reader's memory cache
+	// (not back to the buffer pool), because the extent was filled from
+	// committed data for a partial write and the next one would read it
+	// again.
+	remember bool
 }
 
 // Open opens (recovering if needed) the filesystem described by o.

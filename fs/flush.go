@@ -130,11 +130,12 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 		}
 		start := len(items)
 		for idx, buf := range n.dirty {
-			fe := &flushEntry{data: buf}
+			fe := &flushEntry{data: buf, remember: n.rmw[idx]}
 			n.flushing[idx] = fe
 			items = append(items, flushItem{n: n, idx: idx, fe: fe, snap: n.attr.Size})
 		}
 		n.dirty = map[uint64][]byte{}
+		n.rmw = nil
 		n.mu.Unlock()
 		part := items[start:]
 		sort.Slice(part, func(i, j int) bool { return part[i].idx < part[j].idx })
@@ -404,7 +405,11 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 				}
 			} else {
 				for _, it := range taken {
-					putExtentBuf(it.fe.data)
+					if it.fe.remember && !it.hole && !n.deleted {
+						e.rd.Remember(segment.FrameID{Ino: n.ino, Extent: it.idx, Gen: it.ptr.Gen}, it.ptr, it.fe.data[:it.ptr.PlainLen])
+					} else {
+						putExtentBuf(it.fe.data)
+					}
 					it.fe.data = nil
 				}
 			}

@@ -178,6 +178,12 @@ func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, w
 					}
 				}
 				clear(buf[copy(buf, base):])
+				if len(base) > 0 {
+					if n.rmw == nil {
+						n.rmw = map[uint64]bool{}
+					}
+					n.rmw[idx] = true
+				}
 			}
 			n.dirty[idx] = buf
 			e.dirtyBytes.Add(extentSize)

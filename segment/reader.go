@@ -166,6 +166,22 @@ func (r *Reader) Admit(obj []byte, ps []Pointer) {
 	}
 }
 
+// Remember puts the plaintext of a frame this process has just written
+// into the memory cache, so that the next partial write of the same
+// extent (a random overwrite) finds the rest of its bytes there instead of
+// reading and opening the frame again. The cache then owns plain: the
+// caller must neither change nor reuse it. It is charged for cap(plain).
+func (r *Reader) Remember(id FrameID, p Pointer, plain []byte) {
+	if len(plain) != int(p.PlainLen) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.mem != nil {
+		r.mu.mem.putRun(p.Segment, []uint32{p.Offset}, []FrameID{id}, [][]byte{plain}, int64(cap(plain)))
+	}
+}
+
 // Forget drops every cached frame of a deleted segment.
 func (r *Reader) Forget(segID uint64) {
 	r.mu.Lock()
