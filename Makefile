@@ -121,9 +121,8 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ebbfs $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ebbfs $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ebbfs.fish
 
 # make soak-replica: the long replica tests: 10 minutes of writer churn
-# with reclamation under a reading replica (out of make test while its
-# last rare races are checked, issue 10), and a 5-minute idle request
-# count (make test runs 30 s of it).
+# with reclamation under a reading replica, and a 5-minute idle request
+# count (make test runs 2 minutes of the one and 30 s of the other).
 soak-replica: deps
 	EBBFS_SOAK_REPLICA=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 40m -v -run 'TestReplicaChurn|TestReplicaOnAnotherHostIdleRequests' ./tests
 

@@ -179,14 +179,6 @@ func (e *env) reclaimTotals() reclaimTotals {
 // read error on the replica; it reads while no writer runs; at the end it
 // holds exactly the writer's files. 2 minutes; 10 with make soak-replica.
 func TestReplicaChurn(t *testing.T) {
-	// Open (issue 10): the last runs found two more rare races (a torn
-	// read the check now accepts, and two shrinks before the kernel
-	// learned of either, fixed in fb7e0de); until runs after the fix
-	// show it clean, it runs in make soak-replica or with
-	// EBBFS_REPLICA_CHURN=1, not in make test.
-	if !soakReplica() && os.Getenv("EBBFS_REPLICA_CHURN") == "" {
-		t.Skip("open: rare wrong reads under churn (issue 10); run make soak-replica or set EBBFS_REPLICA_CHURN=1")
-	}
 	dur := 2 * time.Minute
 	if soakReplica() {
 		dur = 10 * time.Minute
