@@ -241,6 +241,8 @@ type target struct {
 	frames int64         // bytes in ebbfs's on-disk frame cache at the end
 	stop   time.Duration // umount to exit
 	stopE  error
+	layout *ebbfsLayout // ebbfs targets: to mount again (the random reads)
+	hwmOld int64        // peak RSS of earlier runs of the server (before a remount)
 }
 
 func (t *target) big() string { return filepath.Join(t.dir, "big") }
@@ -292,7 +294,7 @@ func (b *bench) main() error {
 		return err
 	}
 	b.targets = append(b.targets, &target{name: "ebbfs", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache,
-		segs: filepath.Join(l.store, "segments")})
+		segs: filepath.Join(l.store, "segments"), layout: l})
 
 	if b.o.s3 {
 		storage, err := startS3(filepath.Join(b.work, "s3"))
@@ -308,7 +310,7 @@ func (b *bench) main() error {
 			return err
 		}
 		b.targets = append(b.targets, &target{name: "ebbfs-s3", dir: l.mnt, srv: eb, sock: filepath.Join(l.cache, "admin.sock"), cache: l.cache,
-			segs: s3SegmentsDir()})
+			segs: s3SegmentsDir(), layout: l})
 	}
 
 	b.runGroups()
@@ -322,7 +324,7 @@ func (b *bench) main() error {
 			continue
 		}
 		if hwm, rss, err := memStatus(t.srv.pid()); err == nil {
-			t.hwm, t.rss = hwm, rss
+			t.hwm, t.rss = max(hwm, t.hwmOld), rss
 		}
 		if t.cache != "" {
 			t.frames = dirBytes(filepath.Join(t.cache, "frames"))
@@ -562,11 +564,36 @@ func (b *bench) measureWarm(key string, t *target, f func() (float64, error)) {
 
 func (b *bench) randGroup(t *target) {
 	offs := randOffsets(b.o.seed, b.o.size, b.o.randReads)
+	if t.layout != nil {
+		// Cold means a new process too: nothing in ebbfs's memory, only
+		// what its disk cache kept across the restart.
+		if err := b.remount(t); err != nil {
+			b.measure("rand4k", t, func() (float64, error) { return 0, err })
+			return
+		}
+	}
 	if err := dropCaches(); err != nil {
 		b.measure("rand4k", t, func() (float64, error) { return 0, err })
 		return
 	}
 	b.measure("rand4k", t, func() (float64, error) { return randRead(b.pat, t.big(), offs) })
+}
+
+// remount stops ebbfs cleanly and mounts it again on the same cache
+// directory.
+func (b *bench) remount(t *target) error {
+	if hwm, _, err := memStatus(t.srv.pid()); err == nil {
+		t.hwmOld = max(t.hwmOld, hwm)
+	}
+	if _, err := t.srv.stop(5 * time.Minute); err != nil {
+		return fmt.Errorf("remount: %w", err)
+	}
+	srv, err := startEbbfs(t.layout)
+	if err != nil {
+		return fmt.Errorf("remount: %w", err)
+	}
+	t.srv = srv
+	return nil
 }
 
 func (b *bench) smallGroup(t *target) {

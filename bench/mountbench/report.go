@@ -29,6 +29,10 @@ const rssTarget = 768 * MiB
 // same for both ebbfs targets.
 var s3Targets = map[string]float64{"seqwrite": 0.36, "coldread": 0.55, "overwrite": 0.5}
 
+// s3RandTarget is issue 12's rate for cold 4 KiB random reads on the S3
+// test server after a remount (JuiceFS gave 6,187 on this machine).
+const s3RandTarget = 6000
+
 // hasTarget reports whether the run has a target of that name.
 func (b *bench) hasTarget(name string) bool {
 	for _, t := range b.targets {
@@ -42,11 +46,12 @@ func (b *bench) hasTarget(name string) bool {
 func rowsFor(o options) []row {
 	sz := formatSize(o.size)
 	return []row{
-		{"seqwrite", "seq write " + sz + " (1MiB writes) + fsync", false, 0.5},
-		{"coldread", "cold seq read " + sz, false, 0.5},
-		{"warmfd", "warm seq read, same fd", false, 0.8},
-		{"warmopen", "warm seq read, reopened", false, 0.8},
-		{"rand4k", fmt.Sprintf("cold 4KiB random pread x%d", o.randReads), true, 0},
+		// Issue 12's targets for the local store.
+		{"seqwrite", "seq write " + sz + " (1MiB writes) + fsync", false, 0.9},
+		{"coldread", "cold seq read " + sz, false, 1.0},
+		{"warmfd", "warm seq read, same fd", false, 0.9},
+		{"warmopen", "warm seq read, reopened", false, 0.9},
+		{"rand4k", fmt.Sprintf("cold 4KiB random pread x%d, ebbfs remounted", o.randReads), true, 0.8},
 		{"create", fmt.Sprintf("create %d x 4KiB files", o.files), true, 0},
 		{"stat", fmt.Sprintf("stat %d files (cold)", o.files), true, 0},
 		{"delete", fmt.Sprintf("delete %d files", o.files), true, 0},
@@ -203,6 +208,9 @@ func (b *bench) report(w io.Writer) {
 			}
 			if t, has := s3Targets[r.key]; has {
 				tgt = fmt.Sprintf(">= %.2fx  %s", t, verdict(rok && x >= t))
+			}
+			if r.key == "rand4k" {
+				tgt = fmt.Sprintf(">= %d ops/s  %s", s3RandTarget, verdict(ok && v.err == nil && v.n >= s3RandTarget))
 			}
 			fmt.Fprintf(w, s3Fmt, r.label, unit, number(r.key, v, ok), rs, tgt)
 		}
