@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -14,8 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"ebbfs.dev/ebbfs/internal/fileutil"
 )
 
 // diskCache keeps encrypted frames as files, one per frame:
@@ -49,7 +48,7 @@ type diskCache struct {
 	// replace them (under mu) to fake a full or failing disk.
 	statfs    func(dir string) (total, avail int64, err error)
 	writeFile func(path string, b []byte) error
-	readFile  func(path string) ([]byte, error)
+	readFile  func(path string, n int) ([]byte, error)
 
 	max     int64
 	used    int64
@@ -82,6 +81,8 @@ type diskEntry struct {
 	length uint32
 }
 
+// diskTmpPrefix names the temporary files earlier versions wrote frames
+// through; one left by an interrupted write is removed at open.
 const diskTmpPrefix = ".tmp-"
 
 // diskWatchEvery is how often the cache checks its filesystem's free
@@ -106,8 +107,46 @@ func statfsDir(dir string) (total, avail int64, err error) {
 	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
 }
 
+// writeFrameFile writes a frame file in place: no temporary file and no
+// rename, which cost more than the 32 KiB write itself. Nothing reads the
+// file before putSync indexes it, after this returns; a file a crash tore
+// fails its size check or authentication at its first read and is
+// dropped.
 func writeFrameFile(path string, b []byte) error {
-	return fileutil.WriteAtomic(path, b, fileutil.Options{TempPrefix: diskTmpPrefix, MkdirAll: true})
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}
+
+// readFrameFile reads a frame file expected to hold n bytes with one
+// read: a file of another length returns what one read of n+1 bytes got,
+// which the caller's size check refuses.
+func readFrameFile(path string, n int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, n+1)
+	k, err := io.ReadFull(f, b)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		err = nil
+	}
+	return b[:k], err
 }
 
 func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) {
@@ -116,7 +155,7 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), m: map[uint64]map[uint32]*list.Element{},
 		q: make(chan diskPut, diskQueue), done: make(chan struct{}),
-		statfs: statfsDir, writeFile: writeFrameFile, readFile: os.ReadFile}
+		statfs: statfsDir, writeFile: writeFrameFile, readFile: readFrameFile}
 	type found struct {
 		e   diskEntry
 		mod time.Time
@@ -363,7 +402,7 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	b, err := read(c.path(e))
+	b, err := read(c.path(e), int(e.length))
 	if err != nil {
 		c.drop(p, "unreadable: "+err.Error())
 		return nil, false
@@ -411,7 +450,7 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 	}
 }
 
-// putSync stores an encrypted frame (temp file + rename). Errors only cost
+// putSync stores an encrypted frame (writeFrameFile). Errors only cost
 // a future cache miss, so they are logged and otherwise ignored.
 func (c *diskCache) putSync(p Pointer, frame []byte) {
 	e := diskEntry{seg: p.Segment, off: p.Offset, length: p.Length}

@@ -3,7 +3,6 @@ package segment
 import (
 	"bytes"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,7 +130,7 @@ func TestDiskCacheEIO(t *testing.T) {
 	if st := r.Stats(); st.DiskEntries != 2 {
 		t.Fatalf("%d entries", st.DiskEntries)
 	}
-	eio := func(string) ([]byte, error) { return nil, syscall.EIO }
+	eio := func(string, int) ([]byte, error) { return nil, syscall.EIO }
 	eioW := func(string, []byte) error { return syscall.EIO }
 	setDisk(r, func(c *diskCache) { c.readFile, c.writeFile = eio, eioW })
 
@@ -153,7 +152,7 @@ func TestDiskCacheEIO(t *testing.T) {
 		t.Fatalf("failing writes logged %d times, want once:\n%s", n, logs.String())
 	}
 	// The disk recovers.
-	setDisk(r, func(c *diskCache) { c.readFile, c.writeFile = os.ReadFile, writeFrameFile })
+	setDisk(r, func(c *diskCache) { c.readFile, c.writeFile = readFrameFile, writeFrameFile })
 	f.readAll(t, r, 5)
 	f.cs.reset()
 	f.readAll(t, r, 5)
