@@ -12,7 +12,7 @@ import (
 // directory) the frames a writer uploads go into its disk cache, which
 // survives a restart on the same cache directory: reading the file back
 // after the restart needs no segment request at all (every one fails
-// here).
+// here), however many frames the segment holds.
 func TestUploadedFramesReadFromDiskCache(t *testing.T) {
 	ctx := context.Background()
 	fst := objstore.NewFaulty(objstore.NewMem())
@@ -22,7 +22,7 @@ func TestUploadedFramesReadFromDiskCache(t *testing.T) {
 	}
 	cache := t.TempDir()
 	open := func() *Engine {
-		e, err := Open(ctx, Options{Store: fst, Keys: k, CacheDir: cache, SegmentTarget: 1 << 20})
+		e, err := Open(ctx, Options{Store: fst, Keys: k, CacheDir: cache, SegmentTarget: 64 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,9 @@ func TestUploadedFramesReadFromDiskCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := randBytes(9, 8*extentSize)
+	// One segment of 400 frames: more than the cache's queue once took
+	// one at a time.
+	data := randBytes(9, 400*extentSize)
 	if n, err := e.Write(ctx, ino.Ino, data, 0); err != nil || n != len(data) {
 		t.Fatalf("write: %d, %v", n, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -61,6 +62,7 @@ type diskCache struct {
 	// for file creation; when the queue is full a frame is simply not
 	// cached.
 	q       chan diskPut
+	queued  atomic.Int64 // frame bytes in q
 	done    chan struct{}
 	closeMu sync.Mutex
 	closed  bool
@@ -69,11 +71,19 @@ type diskCache struct {
 type diskPut struct {
 	p     Pointer
 	frame []byte
-	ack   chan struct{} // a sync marker: closed once everything before it is written
+	// Or the frames ps of a whole object obj (admit).
+	ps  []Pointer
+	obj []byte
+	ack chan struct{} // a sync marker: closed once everything before it is written
 }
 
-// diskQueue is how many frames may wait to be written to the disk cache.
-const diskQueue = 256
+// diskQueue is how many puts may wait to be written to the disk cache,
+// and diskQueueBytes how many frame bytes they may hold: a put that does
+// not fit is left out.
+const (
+	diskQueue      = 256
+	diskQueueBytes = 64 << 20
+)
 
 type diskEntry struct {
 	seg    uint64
@@ -224,7 +234,17 @@ func (c *diskCache) writer() {
 				close(it.ack)
 				continue
 			}
+			if it.obj != nil {
+				var n int64
+				for _, p := range it.ps {
+					c.putSync(p, it.obj[p.Offset:p.End()])
+					n += int64(p.Length)
+				}
+				c.queued.Add(-n)
+				continue
+			}
 			c.putSync(it.p, it.frame)
+			c.queued.Add(-int64(len(it.frame)))
 		case <-tick.C:
 			c.watch()
 		}
@@ -439,13 +459,39 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
 		return
 	}
+	c.enqueue(diskPut{p: p, frame: frame}, int64(len(frame)))
+}
+
+// admit queues the frames ps of the object obj (whole, as uploaded) for
+// the disk cache without waiting, as one put: as many of them, in order,
+// as the queue's byte bound has room for. The cache keeps obj until they
+// are written; the caller must not change it.
+func (c *diskCache) admit(obj []byte, ps []Pointer) {
+	var n int64
+	room := diskQueueBytes - c.queued.Load()
+	k := 0
+	for ; k < len(ps); k++ {
+		p := ps[k]
+		if p.Length == 0 || p.End() > uint64(len(obj)) || int64(p.Length) > c.max || n+int64(p.Length) > room {
+			break
+		}
+		n += int64(p.Length)
+	}
+	if k > 0 {
+		c.enqueue(diskPut{ps: ps[:k:k], obj: obj}, n)
+	}
+}
+
+// enqueue queues it, holding n frame bytes, unless the queue is full.
+func (c *diskCache) enqueue(it diskPut, n int64) {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
-	if c.closed {
+	if c.closed || c.queued.Load()+n > diskQueueBytes {
 		return
 	}
 	select {
-	case c.q <- diskPut{p: p, frame: frame}:
+	case c.q <- it:
+		c.queued.Add(n)
 	default:
 	}
 }

@@ -156,13 +156,8 @@ func (r *Reader) Close() error {
 // It never waits: frames the cache's queue has no room for are left out.
 // obj is the whole object; ps point into it.
 func (r *Reader) Admit(obj []byte, ps []Pointer) {
-	if r.disk == nil {
-		return
-	}
-	for _, p := range ps {
-		if p.Length > 0 && p.End() <= uint64(len(obj)) {
-			r.disk.put(p, obj[p.Offset:p.End()])
-		}
+	if r.disk != nil {
+		r.disk.admit(obj, ps)
 	}
 }
 
