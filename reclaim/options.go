@@ -30,8 +30,13 @@ const (
 	// MinSelection: a repack selection frees at least this much, or
 	// combines several sources holding at least this much live data.
 	MinSelection = 1 << 20
-	// JobBudget is the nominal live-byte budget of one repack job.
-	JobBudget = 256 << 20
+	// JobBudget is the nominal live-byte budget of one repack job. A job
+	// holds its live frames and its output in memory at once, so this and
+	// RepackMemory bound what repack adds to the writer's memory.
+	JobBudget = 32 << 20
+	// RepackMemory bounds the live bytes of the repack jobs running at
+	// once (a job larger than it runs alone).
+	RepackMemory = 64 << 20
 	// MaxOutput bounds the encoded size of a repack output.
 	MaxOutput = 1 << 30
 	// FetchParallel is how many coalesced frame runs one job fetches at once.

@@ -97,13 +97,16 @@ func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleS
 		failed atomic.Bool
 	)
 	sem := make(chan struct{}, r.opts.MaxConcurrentRepacks)
+	mem := newByteGate(RepackMemory)
 	stopped := func() bool { return failed.Load() || r.closed() || ctx.Err() != nil }
 	for _, j := range jobs {
 		if stopped() {
 			break
 		}
 		sem <- struct{}{}
+		mem.take(j.live)
 		if stopped() {
+			mem.give(j.live)
 			<-sem
 			break
 		}
@@ -111,6 +114,7 @@ func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleS
 		go func(j repackJob) {
 			defer wg.Done()
 			defer func() { <-sem }()
+			defer mem.give(j.live)
 			js, err := r.runJob(jobCtx, j)
 			mu.Lock()
 			defer mu.Unlock()
@@ -128,6 +132,38 @@ func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleS
 	wg.Wait()
 	failpoint.Hit("repack-after-jobs")
 	return errors.Join(errs...)
+}
+
+// byteGate admits work of n bytes while the admitted total stays within
+// max; work larger than max is admitted alone.
+type byteGate struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	max  int64
+	used int64
+}
+
+func newByteGate(max int64) *byteGate {
+	g := &byteGate{max: max}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+// take waits until n more bytes fit (or nothing else is admitted).
+func (g *byteGate) take(n int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.used > 0 && g.used+n > g.max {
+		g.cond.Wait()
+	}
+	g.used += n
+}
+
+func (g *byteGate) give(n int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.used -= n
+	g.cond.Broadcast()
 }
 
 type jobStats struct {

@@ -12,6 +12,9 @@ import (
 
 const mib = 1 << 20
 
+// testBudget is the job budget the selection tests are written for.
+const testBudget = 256 * mib
+
 func TestSelectionNeedsOneMiB(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -29,7 +32,7 @@ func TestSelectionNeedsOneMiB(t *testing.T) {
 		{"one source freeing less", []counterEntry{{id: 1, live: 9 * mib, total: 10 * mib, size: 10*mib - 100<<10}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := selectJobs(tc.cands, JobBudget); len(got) != tc.want {
+			if got := selectJobs(tc.cands, testBudget); len(got) != tc.want {
 				t.Fatalf("%d jobs, want %d: %+v", len(got), tc.want, got)
 			}
 		})
@@ -43,7 +46,7 @@ func TestSelectionMostFragmentedFirstAndBudget(t *testing.T) {
 		{id: 3, live: 300 * mib, total: 600 * mib, size: 600 * mib}, // 50% dead, over budget alone
 		{id: 4, live: 100 * mib, total: 200 * mib, size: 200 * mib}, // 50% dead
 	}
-	jobs := selectJobs(cands, JobBudget)
+	jobs := selectJobs(cands, testBudget)
 	var order [][]uint64
 	for _, j := range jobs {
 		var ids []uint64
@@ -51,7 +54,7 @@ func TestSelectionMostFragmentedFirstAndBudget(t *testing.T) {
 			ids = append(ids, s.id)
 		}
 		order = append(order, ids)
-		if len(j.srcs) > 1 && j.live > JobBudget {
+		if len(j.srcs) > 1 && j.live > testBudget {
 			t.Fatalf("job %v holds %d live bytes, over the budget", ids, j.live)
 		}
 	}
@@ -267,4 +270,33 @@ func TestRepackMidRepointIsConsistent(t *testing.T) {
 	_ = ino
 	v.barrier()
 	v.consistent()
+}
+
+// The repack jobs running at once hold at most RepackMemory live bytes;
+// a job larger than that runs, alone.
+func TestByteGate(t *testing.T) {
+	g := newByteGate(64)
+	g.take(40)
+	took := make(chan int64, 2)
+	go func() { g.take(30); took <- 30 }()
+	select {
+	case <-took:
+		t.Fatal("admitted 30 bytes with 40 of 64 in use")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.give(40)
+	if n := <-took; n != 30 {
+		t.Fatal(n)
+	}
+	go func() { g.take(100); took <- 100 }()
+	select {
+	case <-took:
+		t.Fatal("admitted 100 bytes beside 30")
+	case <-time.After(50 * time.Millisecond):
+	}
+	g.give(30)
+	if n := <-took; n != 100 {
+		t.Fatal(n)
+	}
+	g.give(100)
 }
