@@ -82,7 +82,7 @@ type diskPut struct {
 // not fit is left out.
 const (
 	diskQueue      = 256
-	diskQueueBytes = 64 << 20
+	diskQueueBytes = 32 << 20
 )
 
 type diskEntry struct {

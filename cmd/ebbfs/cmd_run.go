@@ -544,6 +544,12 @@ func listenUnixSocket(p string, mode os.FileMode) (net.Listener, error) {
 	return l, nil
 }
 
+// goHeadroom is what the Go memory limit allows beyond the plaintext
+// cache. At 384 MiB the writer's peak RSS reached 793-808 MiB with a
+// 256 MiB cache in mountbench (random overwrites, then 1 GiB written);
+// at 320 MiB its writes ran as fast and it peaked 66 MiB lower.
+const goHeadroom = 320 << 20
+
 // limitMemory bounds the Go heap to the plaintext cache plus room for the
 // dirty data (fs.Options.DirtyLimit, 128 MiB), segments being built and
 // uploaded, and Pebble, so that the garbage collector works harder before
@@ -553,7 +559,7 @@ func limitMemory(cacheBytes int64, log *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	limit := cacheBytes + 384<<20
+	limit := cacheBytes + goHeadroom
 	debug.SetMemoryLimit(limit)
 	log.Debug("memory limit", "bytes", limit)
 }
