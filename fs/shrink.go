@@ -28,9 +28,9 @@ import (
 // shorter. A read past the new end is answered from the newest such
 // snapshot in which the file reached as far as the read asks: the file
 // exactly as it was just before one of its recent shrinks, a state it
-// really had. (Mixing
-// extents from different moments could not promise that: an extent that
-// was a hole in one and data in another reads as zeroes.)
+// really had. (Mixing extents from different moments could not promise
+// that: an extent that was a hole in one and data in another reads as
+// zeroes.)
 
 // shrinkLife is how long the bytes past a shrink stay readable: far longer
 // than an invalidation takes to reach the kernel, far shorter than the
@@ -131,8 +131,8 @@ func (e *Engine) dropShrinks() {
 // made shorter than that, as they were just before the newest such
 // shrink whose old size covers them all (else the one that reached
 // furthest): the kernel may have asked for them under the size it still
-// believed. It returns how many bytes it placed (0:
-// nothing to add; the read ends where it ended).
+// believed. It returns how many bytes it placed (0: nothing to add; the
+// read ends where it ended).
 func (e *Engine) ReadPastShrink(ctx context.Context, ino uint64, p []byte, off int64) int {
 	if !e.opts.ReadOnly || e.opts.PinManifest != 0 || off < 0 || len(p) == 0 {
 		return 0

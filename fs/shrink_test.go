@@ -10,6 +10,29 @@ import (
 	"ebbfs.dev/ebbfs/objstore"
 )
 
+// durableFile creates "f" holding data and makes it durable.
+func (f *testFS) durableFile(data []byte) uint64 {
+	f.t.Helper()
+	ino := f.create("f")
+	f.write(ino, data, 0)
+	if err := f.e.Barrier(context.Background()); err != nil {
+		f.t.Fatal(err)
+	}
+	return ino
+}
+
+// replica opens a read-only engine following f's store, with a cache
+// directory of its own (clk nil: the real clock); the test's end closes it.
+func (f *testFS) replica(clk clock.Clock) *Engine {
+	f.t.Helper()
+	r, err := Open(context.Background(), Options{Store: f.store, Keys: f.keys, CacheDir: f.t.TempDir(), ReadOnly: true, Clock: clk})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { r.Close(context.Background()) })
+	return r
+}
+
 // TestReadPastShrink: a replica follows a truncation. A read past the new
 // end (one the kernel issued under the size it still believed) gets the
 // bytes from before the truncation, also after a later journal rewrites
@@ -18,18 +41,10 @@ import (
 func TestReadPastShrink(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	ino := f.create("f")
 	orig := randBytes(7, 10*extentSize)
-	f.write(ino, orig, 0)
-	if err := f.e.Barrier(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ino := f.durableFile(orig)
 	clk := clock.NewFake(time.Now())
-	r, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), ReadOnly: true, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
+	r := f.replica(clk)
 	buf := make([]byte, 10*extentSize)
 	if n, err := r.Read(ctx, ino, buf, 0); err != nil || n != len(orig) || !bytes.Equal(buf, orig) {
 		t.Fatalf("replica read %d, %v", n, err)
@@ -95,16 +110,8 @@ func TestReadPastShrink(t *testing.T) {
 func TestReadPastShrinksGivesOneState(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	ino := f.create("f")
-	f.write(ino, randBytes(1, extentSize+extentSize/2), 0)
-	if err := f.e.Barrier(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
+	ino := f.durableFile(randBytes(1, extentSize+extentSize/2))
+	r := f.replica(nil)
 	step := func(size int64, data []byte) {
 		t.Helper()
 		if data != nil {
@@ -153,20 +160,12 @@ func zeroExtents(b []byte) []int {
 func TestReplicaReadReResolvesGoneSegment(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	ino := f.create("f")
-	f.write(ino, randBytes(3, 3*extentSize), 0)
-	if err := f.e.Barrier(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ino := f.durableFile(randBytes(3, 3*extentSize))
 	before, err := objstore.ListAll(ctx, f.store, "segments/")
 	if err != nil || len(before) == 0 {
 		t.Fatalf("segments before the overwrite: %v, %v", before, err)
 	}
-	r, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
+	r := f.replica(nil)
 
 	now := randBytes(4, 3*extentSize)
 	f.write(ino, now, 0)
@@ -196,17 +195,9 @@ func TestReplicaReadReResolvesGoneSegment(t *testing.T) {
 func TestReadPastTwoShrinksUsesTheStateThatCoversIt(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	ino := f.create("f")
 	orig := randBytes(11, 10*extentSize)
-	f.write(ino, orig, 0)
-	if err := f.e.Barrier(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close(ctx)
+	ino := f.durableFile(orig)
+	r := f.replica(nil)
 	for _, size := range []uint64{4 * extentSize, extentSize} {
 		if _, err := f.e.SetAttr(ctx, ino, SetAttr{Valid: SetSize, Size: size}); err != nil {
 			t.Fatal(err)

@@ -278,25 +278,22 @@ func TestByteGate(t *testing.T) {
 	g := newByteGate(64)
 	g.take(40)
 	took := make(chan int64, 2)
-	go func() { g.take(30); took <- 30 }()
-	select {
-	case <-took:
-		t.Fatal("admitted 30 bytes with 40 of 64 in use")
-	case <-time.After(50 * time.Millisecond):
+	// waits takes n in the background and checks that it waits for the
+	// give of held, and then gets through.
+	waits := func(n, held int64, why string) {
+		t.Helper()
+		go func() { g.take(n); took <- n }()
+		select {
+		case <-took:
+			t.Fatal(why)
+		case <-time.After(50 * time.Millisecond):
+		}
+		g.give(held)
+		if got := <-took; got != n {
+			t.Fatal(got)
+		}
 	}
-	g.give(40)
-	if n := <-took; n != 30 {
-		t.Fatal(n)
-	}
-	go func() { g.take(100); took <- 100 }()
-	select {
-	case <-took:
-		t.Fatal("admitted 100 bytes beside 30")
-	case <-time.After(50 * time.Millisecond):
-	}
-	g.give(30)
-	if n := <-took; n != 100 {
-		t.Fatal(n)
-	}
+	waits(30, 40, "admitted 30 bytes with 40 of 64 in use")
+	waits(100, 30, "admitted 100 bytes beside 30")
 	g.give(100)
 }
