@@ -2,6 +2,7 @@ package segment
 
 import (
 	"container/list"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -16,25 +17,37 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// diskCache keeps encrypted frames as files, one per frame:
+// diskCache keeps encrypted frames on local disk, one sparse file per
+// segment, each frame at its offset in the segment object:
 //
-//	<dir>/<low byte of segment id, 2 hex>/<segment id, 16 hex>-<offset, 8 hex>-<length, 8 hex>
+//	<dir>/<low byte of segment id, 2 hex>/<segment id, 16 hex>      the frames
+//	<dir>/<low byte of segment id, 2 hex>/<segment id, 16 hex>.idx  which frames: 8-byte records
 //
-// The total size of the files is bounded; the least recently used are
-// removed first. The index lives in memory and is rebuilt from the
-// directory on open (oldest modification time = least recently used).
-// Entries are authenticated by the frame AEAD when read, so the cache
-// needs no checksums and no fsync: a torn or damaged file fails its size
-// check or authentication, is dropped, and the frame is fetched again.
-// Files whose names the cache does not recognise are left alone.
+// A segment read in order is then read from one file in order, which the
+// kernel reads ahead, through one open file descriptor; a frame costs one
+// pread. The frames of a segment this process uploaded are written with
+// one write.
+//
+// The total length of the cached frames is bounded; the least recently
+// used frames are evicted first, by punching a hole where they were
+// (fallocate), and a segment file with no frame left is removed. The index
+// lives in memory and is rebuilt on open from the .idx files (least
+// recently used = oldest modification time of its .idx), leaving out a
+// frame that lies past the end of its file or over a hole. Entries are
+// authenticated by the frame AEAD when read, so the cache needs no
+// checksums and no fsync: a frame a crash tore or a disk damaged fails
+// authentication, is dropped, and is fetched again. Files whose names the
+// cache does not recognise are left alone.
 //
 // Besides its own bound the cache watches the free space of the
 // filesystem it lives on (statfs): it keeps at least reserve bytes free
 // there (diskReserve: a tenth of the filesystem, between 16 MiB and
 // 1 GiB), evicting its least recently used frames, and caches nothing
-// new while it cannot. It checks before every frame it writes and every
+// new while it cannot. It checks before every write and every
 // diskWatchEvery, so a disk that something else fills gets the cache's
 // space back (the metadata in the same directory needs it more). A write
 // that fails (ENOSPC, EIO) costs a future miss; it is logged when the
@@ -45,27 +58,37 @@ type diskCache struct {
 
 	mu sync.Mutex
 	// statfs reports the filesystem's total size and the bytes free for
-	// use; writeFile stores one frame file; readFile reads one. Tests
-	// replace them (under mu) to fake a full or failing disk.
-	statfs    func(dir string) (total, avail int64, err error)
-	writeFile func(path string, b []byte) error
-	readFile  func(path string, n int) ([]byte, error)
+	// use; writeFrames stores frames of one segment; readFrame reads one;
+	// punch frees the bytes of an evicted frame. Tests replace them (under
+	// mu) to fake a full or failing disk.
+	statfs      func(dir string) (total, avail int64, err error)
+	writeFrames func(data, idx string, off int64, b []byte, recs []diskEntry) error
+	readFrame   func(f *os.File, off int64, n int) ([]byte, error)
+	punch       func(path string, off, n int64) error
 
 	max     int64
 	used    int64
 	reserve int64      // bytes kept free on the filesystem; 0 until known
 	failing bool       // writes are failing; logged once
 	lru     *list.List // front = most recent; values *diskEntry
-	m       map[uint64]map[uint32]*list.Element
+	segs    map[uint64]*diskSeg
+	files   *list.List // segments with an open file, front = most recent; values *diskSeg
 
 	// Writes happen on one background goroutine so that reads never wait
-	// for file creation; when the queue is full a frame is simply not
-	// cached.
+	// for them; when the queue is full a frame is simply not cached.
 	q       chan diskPut
 	queued  atomic.Int64 // frame bytes in q
 	done    chan struct{}
 	closeMu sync.Mutex
 	closed  bool
+}
+
+// diskSeg is one segment's file in the cache.
+type diskSeg struct {
+	id     uint64
+	frames map[uint32]*list.Element // by offset; values *diskEntry in lru
+	f      *os.File                 // open for reading, or nil
+	fel    *list.Element            // in files while f != nil
 }
 
 type diskPut struct {
@@ -85,14 +108,23 @@ const (
 	diskQueueBytes = 32 << 20
 )
 
+// diskOpenFiles is how many segment files the cache keeps open for
+// reading.
+const diskOpenFiles = 64
+
 type diskEntry struct {
 	seg    uint64
 	off    uint32
 	length uint32
 }
 
-// diskTmpPrefix names the temporary files earlier versions wrote frames
-// through; one left by an interrupted write is removed at open.
+// diskRecord is the size of one .idx record: offset, length (uint32 LE).
+const diskRecord = 8
+
+// diskTmpPrefix names the temporary files an earlier version wrote frames
+// through; one left by an interrupted write is removed at open, as are
+// the one-file-per-frame entries (<segment>-<offset>-<length>) of that
+// version.
 const diskTmpPrefix = ".tmp-"
 
 // diskWatchEvery is how often the cache checks its filesystem's free
@@ -105,8 +137,8 @@ func diskReserve(total int64) int64 {
 	return min(max(total/10, 16<<20), 1<<30)
 }
 
-// diskBlock is the allocation unit a frame file is charged when space is
-// freed: its length rounded up to 4 KiB.
+// diskBlock is what a frame is charged when space must be freed: its
+// length rounded up to 4 KiB.
 func diskBlock(n uint32) int64 { return (int64(n) + 4095) &^ 4095 }
 
 func statfsDir(dir string) (total, avail int64, err error) {
@@ -117,57 +149,79 @@ func statfsDir(dir string) (total, avail int64, err error) {
 	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
 }
 
-// writeFrameFile writes a frame file in place: no temporary file and no
-// rename, which cost more than the 32 KiB write itself. Nothing reads the
-// file before putSync indexes it, after this returns; a file a crash tore
-// fails its size check or authentication at its first read and is
-// dropped.
-func writeFrameFile(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+// writeSegmentFrames writes b at off in the segment file data, in place,
+// then appends recs to its index idx: a frame is listed only after its
+// bytes were written (a crash may still lose them; the frame then fails
+// authentication at its first read and is dropped).
+func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry) error {
+	f, err := os.OpenFile(data, os.O_WRONLY|os.O_CREATE, 0o600)
 	if errors.Is(err, fs.ErrNotExist) {
-		if err = os.MkdirAll(filepath.Dir(path), 0o700); err == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err = os.MkdirAll(filepath.Dir(data), 0o700); err == nil {
+			f, err = os.OpenFile(data, os.O_WRONLY|os.O_CREATE, 0o600)
 		}
 	}
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
+	_, err = f.WriteAt(b, off)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(path)
+		return err
+	}
+	rb := make([]byte, 0, diskRecord*len(recs))
+	for _, e := range recs {
+		rb = binary.LittleEndian.AppendUint32(rb, e.off)
+		rb = binary.LittleEndian.AppendUint32(rb, e.length)
+	}
+	x, err := os.OpenFile(idx, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = x.Write(rb)
+	if cerr := x.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
 
-// readFrameFile reads a frame file expected to hold n bytes with one
-// read: a file of another length returns what one read of n+1 bytes got,
-// which the caller's size check refuses.
-func readFrameFile(path string, n int) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// readAt reads n bytes at off: fewer (the file ends) are returned as they
+// are, for the caller's length check.
+func readAt(f *os.File, off int64, n int) ([]byte, error) {
+	b := make([]byte, n)
+	k, err := f.ReadAt(b, off)
+	if k == n {
+		err = nil
 	}
-	defer f.Close()
-	b := make([]byte, n+1)
-	k, err := io.ReadFull(f, b)
-	if err == io.ErrUnexpectedEOF || err == io.EOF {
+	if err != nil && k < n && errors.Is(err, io.EOF) {
 		err = nil
 	}
 	return b[:k], err
+}
+
+// punchHole frees [off, off+n) of the file at path, keeping its size.
+func punchHole(path string, off, n int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
-	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), m: map[uint64]map[uint32]*list.Element{},
+	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), files: list.New(), segs: map[uint64]*diskSeg{},
 		q: make(chan diskPut, diskQueue), done: make(chan struct{}),
-		statfs: statfsDir, writeFile: writeFrameFile, readFile: readFrameFile}
+		statfs: statfsDir, writeFrames: writeSegmentFrames, readFrame: readAt, punch: punchHole}
 	type found struct {
-		e   diskEntry
+		es  []diskEntry
 		mod time.Time
 	}
 	var all []found
@@ -185,32 +239,54 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 		if err != nil {
 			return nil, fmt.Errorf("segment cache: %w", err)
 		}
+		names := map[string]bool{}
+		for _, f := range files {
+			names[f.Name()] = f.Type().IsRegular()
+		}
 		for _, f := range files {
 			name := f.Name()
 			path := filepath.Join(sdir, name)
-			if strings.HasPrefix(name, diskTmpPrefix) {
-				_ = os.Remove(path) // interrupted write of our own
+			if strings.HasPrefix(name, diskTmpPrefix) || isFrameFileName(name) {
+				_ = os.Remove(path) // an earlier version's entry
 				continue
 			}
-			e, ok := parseCacheName(name)
-			if !ok || e.seg&0xff != uint64(shard) || !f.Type().IsRegular() {
+			seg, isIdx, ok := parseSegmentFileName(name)
+			if !ok || seg&0xff != uint64(shard) || !f.Type().IsRegular() {
+				continue
+			}
+			data := name
+			if isIdx {
+				data = strings.TrimSuffix(name, ".idx")
+			}
+			if !isIdx {
+				if !names[name+".idx"] {
+					_ = os.Remove(path) // frames nothing lists
+				}
+				continue
+			}
+			if !names[data] {
+				_ = os.Remove(path)
 				continue
 			}
 			info, err := f.Info()
 			if err != nil {
 				continue
 			}
-			if info.Size() != int64(e.length) {
-				log.Warn("segment cache: dropping damaged entry", "file", path, "size", info.Size(), "want", e.length)
+			es := loadSegmentIndex(filepath.Join(sdir, data), path, seg)
+			if len(es) == 0 {
+				log.Warn("segment cache: dropping a segment file with no readable frame", "file", filepath.Join(sdir, data))
+				_ = os.Remove(filepath.Join(sdir, data))
 				_ = os.Remove(path)
 				continue
 			}
-			all = append(all, found{e, info.ModTime()})
+			all = append(all, found{es, info.ModTime()})
 		}
 	}
 	sort.Slice(all, func(i, j int) bool { return all[i].mod.Before(all[j].mod) })
 	for _, f := range all {
-		c.insertLocked(f.e) // oldest first, so the newest end up in front
+		for _, e := range f.es {
+			c.insertLocked(e) // oldest first, so the newest end up in front
+		}
 	}
 	c.mu.Lock()
 	c.evictLocked(0)
@@ -218,6 +294,44 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	c.watch()
 	go c.writer()
 	return c, nil
+}
+
+// loadSegmentIndex returns the frames the index idx lists that its
+// segment file data holds: inside the file and over no hole. Later
+// records of an offset replace earlier ones.
+func loadSegmentIndex(data, idx string, seg uint64) []diskEntry {
+	rb, err := os.ReadFile(idx)
+	if err != nil {
+		return nil
+	}
+	f, err := os.Open(data)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	byOff := map[uint32]uint32{}
+	for i := 0; i+diskRecord <= len(rb); i += diskRecord {
+		off := binary.LittleEndian.Uint32(rb[i:])
+		n := binary.LittleEndian.Uint32(rb[i+4:])
+		byOff[off] = n
+	}
+	var es []diskEntry
+	for off, n := range byOff {
+		if n == 0 || int64(off)+int64(n) > info.Size() {
+			continue
+		}
+		// A hole inside the frame: evicted (punched) after it was listed.
+		if h, err := unix.Seek(int(f.Fd()), int64(off), unix.SEEK_HOLE); err == nil && h < int64(off)+int64(n) {
+			continue
+		}
+		es = append(es, diskEntry{seg: seg, off: off, length: n})
+	}
+	sort.Slice(es, func(i, j int) bool { return es[i].off < es[j].off })
+	return es
 }
 
 func (c *diskCache) writer() {
@@ -235,20 +349,35 @@ func (c *diskCache) writer() {
 				continue
 			}
 			if it.obj != nil {
-				var n int64
-				for _, p := range it.ps {
-					c.putSync(p, it.obj[p.Offset:p.End()])
-					n += int64(p.Length)
-				}
-				c.queued.Add(-n)
+				c.putObject(it.obj, it.ps)
 				continue
 			}
-			c.putSync(it.p, it.frame)
+			c.putRun(it.p.Segment, []diskEntry{{seg: it.p.Segment, off: it.p.Offset, length: it.p.Length}}, it.frame)
 			c.queued.Add(-int64(len(it.frame)))
 		case <-tick.C:
 			c.watch()
 		}
 	}
+}
+
+// putObject writes the frames ps of obj, each run of adjacent frames with
+// one write.
+func (c *diskCache) putObject(obj []byte, ps []Pointer) {
+	var n int64
+	for i := 0; i < len(ps); {
+		j := i + 1
+		for j < len(ps) && ps[j].Offset == uint32(ps[j-1].End()) && ps[j].Segment == ps[i].Segment {
+			j++
+		}
+		es := make([]diskEntry, 0, j-i)
+		for _, p := range ps[i:j] {
+			es = append(es, diskEntry{seg: p.Segment, off: p.Offset, length: p.Length})
+			n += int64(p.Length)
+		}
+		c.putRun(ps[i].Segment, es, obj[ps[i].Offset:ps[j-1].End()])
+		i = j
+	}
+	c.queued.Add(-n)
 }
 
 // watch gives space back when the filesystem has less than the reserve
@@ -279,7 +408,7 @@ func (c *diskCache) roomLocked(n int64, report bool) bool {
 	for freed < short && c.lru.Len() > 0 {
 		el := c.lru.Back()
 		freed += diskBlock(el.Value.(*diskEntry).length)
-		c.removeLocked(el)
+		c.removeLocked(el, true)
 		evicted++
 	}
 	if evicted > 0 && report {
@@ -298,7 +427,7 @@ func (c *diskCache) shrink(n int64) int64 {
 	for freed < n && c.lru.Len() > 0 {
 		el := c.lru.Back()
 		freed += diskBlock(el.Value.(*diskEntry).length)
-		c.removeLocked(el)
+		c.removeLocked(el, true)
 	}
 	return freed
 }
@@ -326,7 +455,7 @@ func (c *diskCache) sync() {
 	<-ack
 }
 
-// close drains the queue and stops the writer.
+// close drains the queue, stops the writer and closes the open files.
 func (c *diskCache) close() {
 	c.closeMu.Lock()
 	if !c.closed {
@@ -335,6 +464,11 @@ func (c *diskCache) close() {
 	}
 	c.closeMu.Unlock()
 	<-c.done
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.files.Len() > 0 {
+		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
+	}
 }
 
 func parseShard(s string) (uint8, bool) {
@@ -345,102 +479,172 @@ func parseShard(s string) (uint8, bool) {
 	return uint8(v), err == nil
 }
 
-func cacheName(seg uint64, off, length uint32) string {
-	return fmt.Sprintf("%016x-%08x-%08x", seg, off, length)
+// parseSegmentFileName parses "<16 hex>" (frames) or "<16 hex>.idx".
+func parseSegmentFileName(s string) (seg uint64, idx bool, ok bool) {
+	if strings.HasSuffix(s, ".idx") {
+		s, idx = strings.TrimSuffix(s, ".idx"), true
+	}
+	if len(s) != 16 || !lowerHex(s) {
+		return 0, false, false
+	}
+	seg, err := strconv.ParseUint(s, 16, 64)
+	return seg, idx, err == nil
 }
 
-func parseCacheName(s string) (diskEntry, bool) {
-	if len(s) != 16+1+8+1+8 || s[16] != '-' || s[25] != '-' {
-		return diskEntry{}, false
-	}
-	if !lowerHex(s[:16]) || !lowerHex(s[17:25]) || !lowerHex(s[26:]) {
-		return diskEntry{}, false
-	}
-	seg, err1 := strconv.ParseUint(s[:16], 16, 64)
-	off, err2 := strconv.ParseUint(s[17:25], 16, 32)
-	n, err3 := strconv.ParseUint(s[26:], 16, 32)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return diskEntry{}, false
-	}
-	return diskEntry{seg: seg, off: uint32(off), length: uint32(n)}, true
+// isFrameFileName reports a name of the one-file-per-frame cache of an
+// earlier version: <segment 16 hex>-<offset 8 hex>-<length 8 hex>.
+func isFrameFileName(s string) bool {
+	return len(s) == 16+1+8+1+8 && s[16] == '-' && s[25] == '-' &&
+		lowerHex(s[:16]) && lowerHex(s[17:25]) && lowerHex(s[26:])
 }
 
-func (c *diskCache) path(e diskEntry) string {
-	return filepath.Join(c.dir, fmt.Sprintf("%02x", e.seg&0xff), cacheName(e.seg, e.off, e.length))
+func (c *diskCache) dataPath(seg uint64) string {
+	return filepath.Join(c.dir, fmt.Sprintf("%02x", seg&0xff), fmt.Sprintf("%016x", seg))
 }
+
+func (c *diskCache) idxPath(seg uint64) string { return c.dataPath(seg) + ".idx" }
 
 func (c *diskCache) insertLocked(e diskEntry) {
-	sm := c.m[e.seg]
-	if sm == nil {
-		sm = map[uint32]*list.Element{}
-		c.m[e.seg] = sm
+	s := c.segs[e.seg]
+	if s == nil {
+		s = &diskSeg{id: e.seg, frames: map[uint32]*list.Element{}}
+		c.segs[e.seg] = s
 	}
-	if el, ok := sm[e.off]; ok {
+	if el, ok := s.frames[e.off]; ok {
 		c.lru.MoveToFront(el)
 		return
 	}
 	ne := e
-	sm[e.off] = c.lru.PushFront(&ne)
+	s.frames[e.off] = c.lru.PushFront(&ne)
 	c.used += int64(e.length)
 }
 
 // evictLocked removes least recently used entries until room more bytes fit.
 func (c *diskCache) evictLocked(room int64) {
 	for c.used+room > c.max && c.lru.Len() > 0 {
-		c.removeLocked(c.lru.Back())
+		c.removeLocked(c.lru.Back(), true)
 	}
 }
 
-func (c *diskCache) removeLocked(el *list.Element) {
+// removeLocked removes the entry el; free punches its bytes out of the
+// segment file. The file of a segment left with no entry is removed, and
+// so is every entry of a segment whose file cannot be punched.
+func (c *diskCache) removeLocked(el *list.Element, free bool) {
 	e := el.Value.(*diskEntry)
 	c.lru.Remove(el)
 	c.used -= int64(e.length)
-	if sm := c.m[e.seg]; sm != nil {
-		delete(sm, e.off)
-		if len(sm) == 0 {
-			delete(c.m, e.seg)
+	s := c.segs[e.seg]
+	if s == nil {
+		return
+	}
+	delete(s.frames, e.off)
+	if len(s.frames) == 0 {
+		c.removeSegLocked(s)
+		return
+	}
+	if !free {
+		return
+	}
+	if err := c.punch(c.dataPath(e.seg), int64(e.off), int64(e.length)); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.log.Warn("segment cache: cannot free an evicted frame; dropping its segment", "file", c.dataPath(e.seg), "err", err)
+		}
+		c.removeSegLocked(s)
+	}
+}
+
+// removeSegLocked removes every entry of s and its files.
+func (c *diskCache) removeSegLocked(s *diskSeg) {
+	for _, el := range s.frames {
+		c.lru.Remove(el)
+		c.used -= int64(el.Value.(*diskEntry).length)
+	}
+	s.frames = nil
+	c.closeFileLocked(s)
+	delete(c.segs, s.id)
+	for _, path := range []string{c.idxPath(s.id), c.dataPath(s.id)} {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			c.log.Warn("segment cache: remove failed", "err", err)
 		}
 	}
-	if err := os.Remove(c.path(*e)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		c.log.Warn("segment cache: remove failed", "err", err)
+}
+
+// fileLocked returns s's file, open for reading.
+func (c *diskCache) fileLocked(s *diskSeg) (*os.File, error) {
+	if s.f != nil {
+		c.files.MoveToFront(s.fel)
+		return s.f, nil
 	}
+	f, err := os.Open(c.dataPath(s.id))
+	if err != nil {
+		return nil, err
+	}
+	s.f, s.fel = f, c.files.PushFront(s)
+	for c.files.Len() > diskOpenFiles {
+		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
+	}
+	return f, nil
+}
+
+// closeFileLocked closes s's file if open. A read in progress on it
+// finishes first (os.File counts its users); one that starts after gets
+// os.ErrClosed.
+func (c *diskCache) closeFileLocked(s *diskSeg) {
+	if s.f == nil {
+		return
+	}
+	c.files.Remove(s.fel)
+	s.f.Close()
+	s.f, s.fel = nil, nil
 }
 
 // get returns the cached encrypted frame, if any.
 func (c *diskCache) get(p Pointer) ([]byte, bool) {
-	e := diskEntry{seg: p.Segment, off: p.Offset, length: p.Length}
-	c.mu.Lock()
-	el, ok := c.m[e.seg][e.off]
-	if ok && el.Value.(*diskEntry).length != e.length {
-		ok = false
-	}
-	if ok {
+	for try := 0; try < 2; try++ {
+		c.mu.Lock()
+		var el *list.Element
+		s := c.segs[p.Segment]
+		if s != nil {
+			el = s.frames[p.Offset]
+		}
+		if el == nil || el.Value.(*diskEntry).length != p.Length {
+			c.mu.Unlock()
+			return nil, false
+		}
 		c.lru.MoveToFront(el)
+		f, err := c.fileLocked(s)
+		read := c.readFrame
+		c.mu.Unlock()
+		if err != nil {
+			c.drop(p, "unreadable: "+err.Error())
+			return nil, false
+		}
+		b, err := read(f, int64(p.Offset), int(p.Length))
+		if errors.Is(err, os.ErrClosed) {
+			continue // closed under us to stay within diskOpenFiles
+		}
+		if err != nil {
+			c.drop(p, "unreadable: "+err.Error())
+			return nil, false
+		}
+		if len(b) != int(p.Length) {
+			c.drop(p, fmt.Sprintf("%d bytes, want %d", len(b), p.Length))
+			return nil, false
+		}
+		return b, true
 	}
-	read := c.readFile
-	c.mu.Unlock()
-	if !ok {
-		return nil, false
-	}
-	b, err := read(c.path(e), int(e.length))
-	if err != nil {
-		c.drop(p, "unreadable: "+err.Error())
-		return nil, false
-	}
-	if len(b) != int(e.length) {
-		c.drop(p, fmt.Sprintf("%d bytes, want %d", len(b), e.length))
-		return nil, false
-	}
-	return b, true
+	return nil, false
 }
 
 // drop removes an entry found damaged.
 func (c *diskCache) drop(p Pointer, why string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.m[p.Segment][p.Offset]; ok {
-		c.log.Warn("segment cache: dropping damaged entry", "file", c.path(*el.Value.(*diskEntry)), "reason", why)
-		c.removeLocked(el)
+	if s := c.segs[p.Segment]; s != nil {
+		if el, ok := s.frames[p.Offset]; ok {
+			c.log.Warn("segment cache: dropping damaged entry", "file", c.dataPath(p.Segment), "offset", p.Offset, "reason", why)
+			c.removeLocked(el, true)
+		}
 	}
 }
 
@@ -496,34 +700,45 @@ func (c *diskCache) enqueue(it diskPut, n int64) {
 	}
 }
 
-// putSync stores an encrypted frame (writeFrameFile). Errors only cost
-// a future cache miss, so they are logged and otherwise ignored.
-func (c *diskCache) putSync(p Pointer, frame []byte) {
-	e := diskEntry{seg: p.Segment, off: p.Offset, length: p.Length}
+// putRun stores the adjacent frames es of segment seg, whose bytes are b
+// (writeFrames). Errors only cost a future cache miss, so they are logged
+// and otherwise ignored.
+func (c *diskCache) putRun(seg uint64, es []diskEntry, b []byte) {
 	c.mu.Lock()
-	if el, ok := c.m[e.seg][e.off]; ok {
-		c.lru.MoveToFront(el)
+	var n int64
+	fresh := make([]diskEntry, 0, len(es))
+	for _, e := range es {
+		if s := c.segs[seg]; s != nil {
+			if el, ok := s.frames[e.off]; ok {
+				c.lru.MoveToFront(el)
+				continue
+			}
+		}
+		fresh = append(fresh, e)
+		n += int64(e.length)
+	}
+	if len(fresh) == 0 || n > c.max {
 		c.mu.Unlock()
 		return
 	}
-	c.evictLocked(int64(len(frame)))
-	if !c.roomLocked(diskBlock(e.length), false) {
+	c.evictLocked(n)
+	if !c.roomLocked(int64(len(b))+4096, false) {
 		c.mu.Unlock()
 		return
 	}
-	write := c.writeFile
+	write := c.writeFrames
 	c.mu.Unlock()
-	path := c.path(e)
-	err := write(path, frame)
+	data := c.dataPath(seg)
+	err := write(data, c.idxPath(seg), int64(es[0].off), b, fresh)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
 		if !c.failing {
 			c.failing = true
-			c.log.Warn("segment cache: cannot write frames; reads go to the store until it can (logged once)", "file", path, "err", err)
+			c.log.Warn("segment cache: cannot write frames; reads go to the store until it can (logged once)", "file", data, "err", err)
 		}
 		if errors.Is(err, syscall.ENOSPC) {
-			c.roomLocked(diskBlock(e.length), true)
+			c.roomLocked(int64(len(b))+4096, true)
 		}
 		return
 	}
@@ -531,11 +746,10 @@ func (c *diskCache) putSync(p Pointer, frame []byte) {
 		c.failing = false
 		c.log.Info("segment cache: writing frames again", "dir", c.dir)
 	}
-	if _, ok := c.m[e.seg][e.off]; ok {
-		return
+	c.evictLocked(n)
+	for _, e := range fresh {
+		c.insertLocked(e)
 	}
-	c.evictLocked(int64(len(frame)))
-	c.insertLocked(e)
 }
 
 // forget drops every cached frame of seg, queued ones included.
@@ -545,8 +759,8 @@ func (c *diskCache) forget(seg uint64) {
 	c.sync()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, el := range c.m[seg] {
-		c.removeLocked(el)
+	if s := c.segs[seg]; s != nil {
+		c.removeSegLocked(s)
 	}
 }
 

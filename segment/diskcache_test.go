@@ -2,7 +2,12 @@ package segment
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -130,9 +135,9 @@ func TestDiskCacheEIO(t *testing.T) {
 	if st := r.Stats(); st.DiskEntries != 2 {
 		t.Fatalf("%d entries", st.DiskEntries)
 	}
-	eio := func(string, int) ([]byte, error) { return nil, syscall.EIO }
-	eioW := func(string, []byte) error { return syscall.EIO }
-	setDisk(r, func(c *diskCache) { c.readFile, c.writeFile = eio, eioW })
+	eio := func(*os.File, int64, int) ([]byte, error) { return nil, syscall.EIO }
+	eioW := func(string, string, int64, []byte, []diskEntry) error { return syscall.EIO }
+	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = eio, eioW })
 
 	// Cached frames that cannot be read are fetched again and dropped.
 	f.cs.reset()
@@ -152,7 +157,7 @@ func TestDiskCacheEIO(t *testing.T) {
 		t.Fatalf("failing writes logged %d times, want once:\n%s", n, logs.String())
 	}
 	// The disk recovers.
-	setDisk(r, func(c *diskCache) { c.readFile, c.writeFile = readFrameFile, writeFrameFile })
+	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = readAt, writeSegmentFrames })
 	f.readAll(t, r, 5)
 	f.cs.reset()
 	f.readAll(t, r, 5)
@@ -161,5 +166,54 @@ func TestDiskCacheEIO(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "writing frames again") {
 		t.Fatalf("recovery not logged:\n%s", logs.String())
+	}
+}
+
+// TestDiskCacheOpenTidiesUp: at open the cache removes the entries of the
+// earlier one-file-per-frame layout and its temporary files, segment files
+// no index lists and indexes with no segment file, keeps files it does not
+// know, and lists a frame only where its file holds it.
+func TestDiskCacheOpenTidiesUp(t *testing.T) {
+	f := newFixture(t, 4)
+	dir := t.TempDir()
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
+	f.readAll(t, r, 0, 1, 2, 3)
+	r.Close()
+	shard := filepath.Join(dir, "17")
+	data := filepath.Join(shard, fmt.Sprintf("%016x", f.segID))
+	// Frame 1 evicted by an earlier run: a hole where it was.
+	if err := punchHole(data, int64(f.ps[1].Offset), int64(f.ps[1].Length)); err != nil {
+		t.Fatal(err)
+	}
+	stale := []string{
+		filepath.Join(shard, fmt.Sprintf("%016x-%08x-%08x", f.segID, 0, 100)), // old layout
+		filepath.Join(shard, diskTmpPrefix+"123"),
+		filepath.Join(shard, "0000000000000117"),     // frames nothing lists
+		filepath.Join(shard, "0000000000000217.idx"), // a list with no frames
+	}
+	keep := []string{filepath.Join(shard, "README"), filepath.Join(shard, "0000000000000318.idx")}
+	for _, p := range append(append([]string{}, stale...), keep...) {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.cs.reset()
+	r2 := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
+	if st := r2.Stats(); st.DiskEntries != 3 {
+		t.Fatalf("after open %d entries, want 3 (frame 1 was punched out)", st.DiskEntries)
+	}
+	for _, p := range stale {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left at open (%v)", filepath.Base(p), err)
+		}
+	}
+	for _, p := range keep {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed at open", filepath.Base(p))
+		}
+	}
+	f.readAll(t, r2, 0, 1, 2, 3)
+	if g, st := f.cs.count("getrange"), r2.Stats(); g != 1 || st.DiskHits != 3 || st.DiskCorrupt != 0 {
+		t.Fatalf("%d GETs, %+v; want 1 GET (frame 1) and 3 disk hits", g, st)
 	}
 }
