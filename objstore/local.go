@@ -399,8 +399,17 @@ func (l *Local) ReadRange(ctx context.Context, key string, off int64, dst []byte
 		return err
 	}
 	defer f.Close()
+	if len(dst) <= localRandomRead {
+		// A small read is a random one (sequential readers ask for runs
+		// of frames): no kernel read-ahead of bytes nobody asked for.
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
+	}
 	return readAt(f, key, dst, off)
 }
+
+// localRandomRead is the largest ReadRange the local store reads without
+// kernel read-ahead: a frame or two.
+const localRandomRead = 64 << 10
 
 // openRange opens key's file after checking that [off, off+length) lies
 // inside the object.

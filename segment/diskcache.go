@@ -105,7 +105,7 @@ type diskPut struct {
 // not fit is left out.
 const (
 	diskQueue      = 256
-	diskQueueBytes = 32 << 20
+	diskQueueBytes = 64 << 20
 )
 
 // diskOpenFiles is how many segment files the cache keeps open for
