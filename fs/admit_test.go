@@ -91,6 +91,11 @@ func TestPartialOverwriteFindsItsExtentInMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := e.rd.Stats()
+		// Each extent is cached once, in its newest version: the one a
+		// write superseded was dropped, not left to take room.
+		if after.MemEntries != extents {
+			t.Fatalf("round %d: %d frames in the memory cache, want %d (one per extent)", round, after.MemEntries, extents)
+		}
 		if round > 1 {
 			if after.MemHits-before.MemHits < extents || after.DiskHits != before.DiskHits || after.Misses != before.Misses {
 				t.Fatalf("round %d: %d memory hits, %d disk hits, %d misses; want every extent from memory",

@@ -95,6 +95,24 @@ func (e *Engine) extentLocked(ctx context.Context, n *inode, idx uint64) ([]byte
 	return e.readCommitted(ctx, n.ino, idx)
 }
 
+// baseLocked is extentLocked for a partial write of extent idx, which is
+// not dirty: bytes read from the committed frame come with its pointer
+// (zero otherwise). Caller holds n.mu.
+func (e *Engine) baseLocked(ctx context.Context, n *inode, idx uint64) ([]byte, segment.Pointer, error) {
+	if f := n.flushing[idx]; f != nil {
+		return f.data, segment.Pointer{}, nil
+	}
+	p, ok, err := e.visiblePointer(n.ino, idx)
+	if err != nil || !ok {
+		return nil, segment.Pointer{}, err
+	}
+	b, err := e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: idx, Gen: p.Gen}, p)
+	if err != nil {
+		return nil, segment.Pointer{}, err
+	}
+	return b, p, nil
+}
+
 // Read reads up to len(p) bytes at off. It returns 0 at or past the end.
 func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
 	if !e.opts.ReadOnly || e.opts.PinManifest != 0 {

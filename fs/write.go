@@ -3,6 +3,8 @@ package fs
 import (
 	"context"
 	"sync"
+
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // Extent buffers of dirty data are recycled: a sequential writer would
@@ -162,9 +164,10 @@ func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, w
 			buf = getExtentBuf()
 			if lo > 0 || hi < extentSize { // the rest of the extent keeps its bytes
 				var base []byte
+				var old segment.Pointer
 				if start < int64(n.attr.Size) {
 					var err error
-					if base, err = e.extentLocked(ctx, n, idx); err != nil {
+					if base, old, err = e.baseLocked(ctx, n, idx); err != nil {
 						putExtentBuf(buf)
 						if missing != nil && missed(ctx, err) {
 							*miss, *missing = idx, true
@@ -178,6 +181,14 @@ func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, w
 					}
 				}
 				clear(buf[copy(buf, base):])
+				if old.Length > 0 {
+					// This write supersedes the committed frame: its
+					// plaintext would only take the memory cache's room
+					// from frames still to be read (a random overwrite
+					// of a file the size of the cache found an eighth of
+					// its extents there, not all of them).
+					e.rd.Drop(old)
+				}
 				if len(base) > 0 {
 					if n.rmw == nil {
 						n.rmw = map[uint64]bool{}

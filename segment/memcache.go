@@ -102,6 +102,31 @@ func (c *memCache) remove(r *memRun) {
 	}
 }
 
+// drop removes the frame at (seg, off): its run with it when it is the
+// run's only frame.
+func (c *memCache) drop(seg uint64, off uint32) {
+	e, ok := c.m[seg][off]
+	if !ok {
+		return
+	}
+	r := e.run
+	if len(r.entries) == 1 {
+		c.remove(r)
+		return
+	}
+	for i, x := range r.entries {
+		if x == e {
+			r.entries = append(r.entries[:i], r.entries[i+1:]...)
+			break
+		}
+	}
+	c.n--
+	delete(c.m[seg], off)
+	if len(c.m[seg]) == 0 {
+		delete(c.m, seg)
+	}
+}
+
 // forget drops every run holding a frame of seg.
 func (c *memCache) forget(seg uint64) {
 	for _, e := range c.m[seg] { // remove deletes a run's entries: none comes up twice

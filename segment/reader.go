@@ -177,6 +177,18 @@ func (r *Reader) Remember(id FrameID, p Pointer, plain []byte) {
 	}
 }
 
+// Drop removes the frame p points at from the memory cache: for a caller
+// that has just superseded it. A frame that shares its buffer with others
+// read in the same request stops being found, but its memory is given
+// back only with theirs.
+func (r *Reader) Drop(p Pointer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.mem != nil {
+		r.mu.mem.drop(p.Segment, p.Offset)
+	}
+}
+
 // Forget drops every cached frame of a deleted segment.
 func (r *Reader) Forget(segID uint64) {
 	r.mu.Lock()

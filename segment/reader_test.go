@@ -645,3 +645,32 @@ func TestReadRunSmallCache(t *testing.T) {
 		t.Fatalf("re-read of the last run: %v, %d requests", err, f.cs.total())
 	}
 }
+
+// TestMemCacheDrop: dropping a frame cached alone gives its memory back;
+// dropping one of a run hides that frame only, and the run's memory goes
+// when the run does.
+func TestMemCacheDrop(t *testing.T) {
+	id := func(i int) FrameID { return FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
+	c := newMemCache(1 << 20)
+	buf := make([]byte, 1000)
+	c.putRun(1, []uint32{0, 100, 200}, []FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
+	c.put(2, 0, id(3), make([]byte, 500))
+	full := c.used
+	c.drop(2, 0)
+	if _, ok := c.get(2, 0, id(3)); ok || c.len() != 3 || c.used != full-500-memEntryOverhead {
+		t.Fatalf("after dropping a lone frame: found %v, %d frames, used %d", ok, c.len(), c.used)
+	}
+	c.drop(1, 100)
+	c.drop(1, 100) // twice: nothing more
+	c.drop(9, 0)   // never cached
+	if _, ok := c.get(1, 100, id(1)); ok || c.len() != 2 {
+		t.Fatalf("dropped frame of a run still found (%d frames)", c.len())
+	}
+	if _, ok := c.get(1, 200, id(2)); !ok {
+		t.Fatal("the rest of the run went with the dropped frame")
+	}
+	c.forget(1)
+	if c.len() != 0 || c.used != 0 || len(c.m) != 0 {
+		t.Fatalf("after forget: %d frames, used %d, %d segments", c.len(), c.used, len(c.m))
+	}
+}

@@ -73,7 +73,7 @@ func main() {
 	flag.BoolVar(&o.kernelPassthrough, "kernel-passthrough", false, "let the go-fuse loopback use FUSE passthrough (the kernel then reads and writes the backing files itself)")
 	flag.BoolVar(&o.s3, "s3", true, "also run ebbfs on the S3 test server (versitygw, posix backend on the same disk) as target ebbfs-s3")
 	groups := flag.String("groups", strings.Join(allGroups, ","), "workload groups to run, comma-separated: "+strings.Join(allGroups, ", ")+" (read and rand read what write wrote)")
-	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of the ebbfs targets during the sequential write, the cold read and the random reads into this directory")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of the ebbfs targets during the sequential write, the cold read, the random reads and the random overwrites into this directory")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 8, "length of each -cpuprofile profile")
 	serve := flag.Bool("serve-loopback", false, "internal: serve a go-fuse loopback of -src at -mnt")
 	src := flag.String("src", "", "internal: with -serve-loopback, the directory to pass through")
@@ -375,7 +375,7 @@ func (b *bench) measureTry(key string, t *target, f func() (float64, error), ret
 	}
 	var profWait func() error
 	prof := ""
-	if b.o.cpuProfile != "" && t.sock != "" && (key == "seqwrite" || key == "coldread" || key == "rand4k") {
+	if b.o.cpuProfile != "" && t.sock != "" && (key == "seqwrite" || key == "coldread" || key == "rand4k" || key == "overwrite") {
 		prof = filepath.Join(b.o.cpuProfile, fmt.Sprintf("%s-%s-r%d.pprof", t.name, key, len(b.all[key][t.name])+1))
 		profWait = profileCPU(t.sock, prof, b.o.profileSeconds)
 		time.Sleep(100 * time.Millisecond) // let the profile start
