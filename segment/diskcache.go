@@ -636,6 +636,54 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 	return nil, false
 }
 
+// present returns those of the frames ps[i], i in idx, that the cache
+// holds, refreshing them.
+func (c *diskCache) present(ps []Pointer, idx []int) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var have []int
+	for _, i := range idx {
+		p := ps[i]
+		s := c.segs[p.Segment]
+		if s == nil {
+			continue
+		}
+		if el, ok := s.frames[p.Offset]; ok && el.Value.(*diskEntry).length == p.Length {
+			c.lru.MoveToFront(el)
+			have = append(have, i)
+		}
+	}
+	return have
+}
+
+// errNotCached: the segment has no file in the cache (any more).
+var errNotCached = errors.New("segment not in the disk cache")
+
+// readSpan reads n bytes at off of segment seg's file, with one read:
+// the frames a span holds and the gaps between them. Fewer bytes (the
+// file ends) are returned as they are.
+func (c *diskCache) readSpan(seg uint64, off int64, n int) ([]byte, error) {
+	for try := 0; ; try++ {
+		c.mu.Lock()
+		s := c.segs[seg]
+		if s == nil {
+			c.mu.Unlock()
+			return nil, errNotCached
+		}
+		f, err := c.fileLocked(s)
+		read := c.readFrame
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		b, err := read(f, off, n)
+		if errors.Is(err, os.ErrClosed) && try == 0 {
+			continue // closed under us to stay within diskOpenFiles
+		}
+		return b, err
+	}
+}
+
 // drop removes an entry found damaged.
 func (c *diskCache) drop(p Pointer, why string) {
 	c.mu.Lock()

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -215,5 +216,74 @@ func TestDiskCacheOpenTidiesUp(t *testing.T) {
 	f.readAll(t, r2, 0, 1, 2, 3)
 	if g, st := f.cs.count("getrange"), r2.Stats(); g != 1 || st.DiskHits != 3 || st.DiskCorrupt != 0 {
 		t.Fatalf("%d GETs, %+v; want 1 GET (frame 1) and 3 disk hits", g, st)
+	}
+}
+
+// TestReadRunFromDiskCache: a run of frames in the disk cache is read with
+// one read of its span (through the hole of a frame evicted from its
+// middle), decrypted in place and kept in memory as one run; the evicted
+// frame and a damaged one come from the store (one GET), and the damaged
+// one is dropped from the disk cache.
+func TestReadRunFromDiskCache(t *testing.T) {
+	f := newFixture(t, 8)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
+	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil {
+		t.Fatal(err)
+	}
+	r.disk.sync()
+	// Frame 3 evicted (punched out); frame 5 damaged on disk.
+	r.disk.mu.Lock()
+	r.disk.removeLocked(r.disk.segs[f.segID].frames[f.ps[3].Offset], true)
+	r.disk.mu.Unlock()
+	data := r.disk.dataPath(f.segID)
+	b, err := os.ReadFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[f.ps[5].Offset+f.ps[5].Length/2] ^= 1
+	if err := os.WriteFile(data, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reads [][2]int64
+	setDisk(r, func(c *diskCache) {
+		c.readFrame = func(fl *os.File, off int64, n int) ([]byte, error) {
+			reads = append(reads, [2]int64{off, int64(n)})
+			return readAt(fl, off, n)
+		}
+	})
+	r.mu.Lock()
+	r.mu.mem = newMemCache(1 << 20)
+	r.mu.Unlock()
+	f.cs.reset()
+	before := r.Stats()
+	out, err := r.ReadRun(ctx, f.ids, f.ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		if !bytes.Equal(out[i], f.plains[i]) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	st := r.Stats()
+	if len(reads) != 1 || reads[0] != [2]int64{int64(f.ps[0].Offset), int64(f.ps[7].End()) - int64(f.ps[0].Offset)} {
+		t.Fatalf("disk reads %v, want one of the whole span", reads)
+	}
+	if hits := st.DiskHits - before.DiskHits; hits != 6 || st.DiskCorrupt-before.DiskCorrupt != 1 {
+		t.Fatalf("%d disk hits (want 6), %d damaged (want 1)", hits, st.DiskCorrupt-before.DiskCorrupt)
+	}
+	// The two are close enough for one GET, which reads through frame 4.
+	if g := f.cs.count("getrange"); g != 1 || f.cs.ranges[0] != [2]int64{int64(f.ps[3].Offset), int64(f.ps[5].End()) - int64(f.ps[3].Offset)} {
+		t.Fatalf("%d GETs (%v), want 1 of frames 3-5", g, f.cs.ranges)
+	}
+	if st.MemEntries != 8 {
+		t.Fatalf("%d frames in memory after the run, want 8", st.MemEntries)
+	}
+	// In memory now: no read of the disk or the store.
+	reads = nil
+	f.cs.reset()
+	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil || len(reads) != 0 || f.cs.total() != 0 {
+		t.Fatalf("warm run: %v, %d disk reads, %d requests", err, len(reads), f.cs.total())
 	}
 }

@@ -490,16 +490,26 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 	}
 	out := make([][]byte, len(ps))
 	var want []int
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return nil, errClosed
+	}
 	for i := range ps {
-		b, ok, err := r.cached(ids[i], ps[i])
-		if err != nil {
-			return nil, err
+		b, ok := []byte(nil), false
+		if r.mu.mem != nil {
+			b, ok = r.mu.mem.get(ps[i].Segment, ps[i].Offset, ids[i])
 		}
 		if ok {
 			out[i] = b
+			r.memHits.Add(1)
 		} else {
 			want = append(want, i)
 		}
+	}
+	r.mu.Unlock()
+	if r.disk != nil && len(want) > 0 {
+		want = r.readDiskRuns(ids, ps, want, out)
 	}
 	for _, g := range runGroups(ps, want) {
 		buf, frames, err := r.fetchGroup(ctx, ps, g)
@@ -515,6 +525,78 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 		}
 	}
 	return out, nil
+}
+
+// readDiskRuns reads the frames ps[i], i in want, that the disk cache
+// holds: each run of them with one read of its span, authenticated on
+// every core and decrypted in place, then cached in memory as one run
+// sharing the buffer (as acceptRun does with a GET). It fills out and
+// returns the indexes still wanted: frames the cache lacks, could not
+// read, or held damaged (those are dropped from it).
+func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]byte) []int {
+	have := r.disk.present(ps, want)
+	if len(have) == 0 {
+		return want
+	}
+	done := make([]bool, len(ps))
+	for _, g := range runGroups(ps, have) {
+		start, end := int64(ps[g[0]].Offset), int64(ps[g[len(g)-1]].End())
+		buf, err := r.disk.readSpan(ps[g[0]].Segment, start, int(end-start))
+		if err != nil {
+			if !errors.Is(err, errNotCached) {
+				for _, i := range g {
+					r.disk.drop(ps[i], "unreadable: "+err.Error())
+				}
+			}
+			continue
+		}
+		plains := make([][]byte, len(g))
+		outside := make([]bool, len(g))
+		errs := make([]error, len(g))
+		forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
+			p := ps[g[j]]
+			a, b := int64(p.Offset)-start, int64(p.End())-start
+			if b > int64(len(buf)) {
+				errs[j] = fmt.Errorf("%d bytes, want %d", max(int64(len(buf))-a, 0), p.Length)
+				return
+			}
+			plain, inPlace, err := openFrameInPlace(r.k, ids[g[j]], buf[a:b:b], int(p.PlainLen))
+			plains[j], outside[j], errs[j] = plain, !inPlace, err
+		})
+		held := int64(len(buf))
+		var offs []uint32
+		var runIDs []FrameID
+		var runPlains [][]byte
+		for j, i := range g {
+			if errs[j] != nil {
+				// A damaged cache entry (or a pointer for another id):
+				// drop it; the store has the last word.
+				r.diskCorrupt.Add(1)
+				r.disk.drop(ps[i], errs[j].Error())
+				continue
+			}
+			out[i], done[i] = plains[j], true
+			offs, runIDs, runPlains = append(offs, ps[i].Offset), append(runIDs, ids[i]), append(runPlains, plains[j])
+			if outside[j] {
+				held += int64(cap(plains[j]))
+			}
+		}
+		r.diskHits.Add(uint64(len(offs)))
+		if len(offs) > 0 {
+			r.mu.Lock()
+			if r.mu.mem != nil {
+				r.mu.mem.putRun(ps[g[0]].Segment, offs, runIDs, runPlains, held)
+			}
+			r.mu.Unlock()
+		}
+	}
+	rest := want[:0:0]
+	for _, i := range want {
+		if !done[i] {
+			rest = append(rest, i)
+		}
+	}
+	return rest
 }
 
 // ReadEncoded returns the raw (still sealed) frames ps point at, for repack
