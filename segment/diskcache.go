@@ -579,6 +579,10 @@ func (c *diskCache) fileLocked(s *diskSeg) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Reads ask for what they need: a frame, or the span of a run the
+	// prefetcher wants. Kernel read-ahead would only add bytes to a
+	// random read.
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
 	s.f, s.fel = f, c.files.PushFront(s)
 	for c.files.Len() > diskOpenFiles {
 		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
