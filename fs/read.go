@@ -83,21 +83,10 @@ func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, er
 	return e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
 }
 
-// extentLocked returns the current bytes of extent idx (nil: zeroes).
-// Caller holds n.mu (read or write).
-func (e *Engine) extentLocked(ctx context.Context, n *inode, idx uint64) ([]byte, error) {
-	if b := n.dirty[idx]; b != nil {
-		return b, nil
-	}
-	if f := n.flushing[idx]; f != nil {
-		return f.data, nil
-	}
-	return e.readCommitted(ctx, n.ino, idx)
-}
-
-// baseLocked is extentLocked for a partial write of extent idx, which is
-// not dirty: bytes read from the committed frame come with its pointer
-// (zero otherwise). Caller holds n.mu.
+// baseLocked returns the current bytes of extent idx (nil: zeroes) for a
+// partial write of it; the extent is not dirty. Bytes read from the
+// committed frame come with its pointer (zero otherwise). Caller holds
+// n.mu.
 func (e *Engine) baseLocked(ctx context.Context, n *inode, idx uint64) ([]byte, segment.Pointer, error) {
 	if f := n.flushing[idx]; f != nil {
 		return f.data, segment.Pointer{}, nil
