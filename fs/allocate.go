@@ -26,14 +26,18 @@ import (
 // holes would need more runs reserves the first ones only, and a write
 // that would split the list past the bound drops the shortest run.
 
-// reservedBlocks is the 512-byte blocks the reserved extents count.
-func reservedBlocks(res []schema.ExtentSpan) uint64 {
+// reservedExtents is the number of extents res reserves.
+func reservedExtents(res []schema.ExtentSpan) uint64 {
 	var n uint64
 	for _, r := range res {
 		n += r.To - r.From
 	}
-	return n * (extentSize / 512)
+	return n
 }
+
+// reservedBlocks is the 512-byte blocks the reserved extents of n count.
+// Caller holds n.mu.
+func (n *inode) reservedBlocks() uint64 { return reservedExtents(n.res) * (n.es() / 512) }
 
 // unreserve removes extents [from, to) from res and returns the result
 // (res itself may be modified).
@@ -72,7 +76,7 @@ func unreserve(res []schema.ExtentSpan, from, to uint64) []schema.ExtentSpan {
 // reserve adds the runs in add (sorted, disjoint) to res, merging touching
 // runs, up to the bound, and returns the result and the extents it added.
 func reserve(res, add []schema.ExtentSpan) ([]schema.ExtentSpan, uint64) {
-	before := reservedBlocks(res)
+	before := reservedExtents(res)
 	all := append(append([]schema.ExtentSpan(nil), res...), add...)
 	sort.Slice(all, func(i, j int) bool { return all[i].From < all[j].From })
 	var out []schema.ExtentSpan
@@ -86,7 +90,7 @@ func reserve(res, add []schema.ExtentSpan) ([]schema.ExtentSpan, uint64) {
 		}
 		out = append(out, r)
 	}
-	return out, (reservedBlocks(out) - min(before, reservedBlocks(out))) / (extentSize / 512)
+	return out, reservedExtents(out) - min(before, reservedExtents(out))
 }
 
 // holes returns the runs of extents in [from, to) of n that hold no data:
@@ -150,12 +154,13 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, off, length int64, ke
 			return err
 		}
 	}
-	from := uint64(off) / extentSize
-	to := (uint64(off+length) + extentSize - 1) / extentSize
 	// Under the inode lock throughout: no write or flush commit can turn
 	// a hole into data between the look and the record.
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	es := n.es()
+	from := uint64(off) / es
+	to := (uint64(off+length) + es - 1) / es
 	if !n.attr.IsRegular() {
 		if n.attr.IsDir() {
 			return ErrIsDir
@@ -167,7 +172,7 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, off, length int64, ke
 		return err
 	}
 	res, added := reserve(n.res, holes)
-	if err := e.reserveSpace(int64(added) * extentSize); err != nil {
+	if err := e.reserveSpace(int64(added * es)); err != nil {
 		return err
 	}
 	grow := !keepSize && uint64(off+length) > n.attr.Size

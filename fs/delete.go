@@ -30,7 +30,7 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 	if n != nil {
 		n.mu.Lock()
 		n.deleted = true
-		freed := int64(len(n.dirty)) * extentSize
+		freed := int64(len(n.dirty)) * int64(n.es())
 		n.dirty = map[uint64][]byte{}
 		n.flushing = map[uint64]*flushEntry{}
 		n.attrDirty = false

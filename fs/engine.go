@@ -84,7 +84,8 @@ type inode struct {
 	mu        sync.RWMutex
 	attr      Attr              // current attributes (size includes unflushed writes)
 	psize     uint64            // size safe to persist: covered by committed data
-	dirty     map[uint64][]byte // extent index -> ExtentSize plaintext not yet sealed
+	shift     uint8             // log2 of the extent size (schema.Inode.ExtentShift); directories: their children's
+	dirty     map[uint64][]byte // extent index -> extent plaintext (es bytes) not yet sealed
 	flushing  map[uint64]*flushEntry
 	rmw       map[uint64]bool     // dirty extents that a partial write filled from committed data
 	attrDirty bool                // attributes changed without a commit (atime, mtime of writes)
@@ -460,7 +461,7 @@ func (e *Engine) acquireLocked(ino uint64) (*inode, error) {
 		return nil, fmt.Errorf("fs: inode %d: %w", ino, err)
 	}
 	n := &inode{ino: ino, parent: rec.Parent, refs: 1, attr: attrOf(ino, rec), psize: rec.Size, res: rec.Reserved,
-		dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{}}
+		shift: rec.Shift(), dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{}}
 	e.ns.inodes[ino] = n
 	return n, nil
 }
@@ -502,8 +503,12 @@ func (n *inode) record(parent uint64) schema.Inode {
 	a := n.attr
 	return schema.Inode{Mode: a.Mode, Uid: a.Uid, Gid: a.Gid, Nlink: a.Nlink, Rdev: a.Rdev,
 		Size: n.psize, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime, Gen: a.Gen, Parent: parent,
-		Reserved: n.res}
+		Reserved: n.res, ExtentShift: n.shift}
 }
+
+// es is the file's extent size: extent i covers [i*es, (i+1)*es). Caller
+// holds n.mu (a regular file's only changes while it holds no data).
+func (n *inode) es() uint64 { return uint64(1) << n.shift }
 
 // settle brings psize up to the size once no unflushed data is left, and
 // otherwise keeps the inode marked dirty: an inode is only evicted (and
@@ -528,10 +533,10 @@ func (n *inode) settle() {
 func (n *inode) coveredSize(snap uint64) uint64 {
 	p := min(snap, n.attr.Size)
 	for idx := range n.dirty {
-		p = min(p, idx*extentSize)
+		p = min(p, idx*n.es())
 	}
 	for idx := range n.flushing {
-		p = min(p, idx*extentSize)
+		p = min(p, idx*n.es())
 	}
 	return p
 }
@@ -569,7 +574,7 @@ func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
 			return Attr{}, err
 		}
 		a := attrOf(ino, r)
-		a.Blocks += reservedBlocks(r.Reserved)
+		a.Blocks += reservedExtents(r.Reserved) * (uint64(1) << r.Shift() / 512)
 		return a, nil
 	}
 	n.refs++
@@ -583,7 +588,7 @@ func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
 // attrNow is the attribute view callers see. Caller holds n.mu.
 func (n *inode) attrNow() Attr {
 	a := n.attr
-	a.Blocks += uint64(len(n.dirty))*(segment.ExtentSize/512) + reservedBlocks(n.res)
+	a.Blocks += uint64(len(n.dirty))*(n.es()/512) + n.reservedBlocks()
 	return a
 }
 

@@ -9,6 +9,8 @@ import (
 	"ebbfs.dev/ebbfs/segment"
 )
 
+// extentSize is the default (and largest) extent size; a file's own is
+// inode.es().
 const extentSize = segment.ExtentSize
 
 // Open records an open handle on ino, so that unlinking its last name

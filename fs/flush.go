@@ -97,6 +97,7 @@ type flushItem struct {
 	ptr  segment.Pointer
 	hole bool
 	snap uint64 // the inode's size when its dirty data was taken
+	size int64  // the extent's size: the dirty bytes it counts
 }
 
 // flushLocked moves every dirty extent into segments. Caller holds flushMu.
@@ -132,7 +133,7 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 		for idx, buf := range n.dirty {
 			fe := &flushEntry{data: buf, remember: n.rmw[idx]}
 			n.flushing[idx] = fe
-			items = append(items, flushItem{n: n, idx: idx, fe: fe, snap: n.attr.Size})
+			items = append(items, flushItem{n: n, idx: idx, fe: fe, snap: n.attr.Size, size: int64(len(buf))})
 		}
 		n.dirty = map[uint64][]byte{}
 		n.rmw = nil
@@ -145,7 +146,7 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 		done, err := e.writeSegments(ctx, items)
 		if err != nil {
 			rest := items[done:]
-			e.dirtyDone(int64(len(rest)) * extentSize)
+			e.dirtyDone(dirtyBytesOf(rest))
 			e.requeue(rest)
 			return err
 		}
@@ -169,6 +170,15 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 	return nil
 }
 
+// dirtyBytesOf is the dirty bytes items hold: an extent buffer each.
+func dirtyBytesOf(items []flushItem) int64 {
+	var n int64
+	for _, it := range items {
+		n += it.size
+	}
+	return n
+}
+
 // requeue puts the data of a failed flush back into the dirty maps unless
 // something newer replaced it.
 func (e *Engine) requeue(items []flushItem) {
@@ -180,7 +190,7 @@ func (e *Engine) requeue(items []flushItem) {
 			delete(n.flushing, it.idx)
 			if n.dirty[it.idx] == nil && !n.deleted {
 				n.dirty[it.idx] = it.fe.data
-				back += extentSize
+				back += int64(len(it.fe.data))
 			}
 		}
 		n.mu.Unlock()
@@ -247,7 +257,7 @@ func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error
 	for start := 0; start < len(all); {
 		end, plain := start, int64(0)
 		for end < len(all) && plain < e.opts.SegmentTarget {
-			plain += extentSize
+			plain += all[end].size
 			end++
 		}
 		batch := all[start:end]
@@ -320,7 +330,7 @@ func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes i
 	if err := e.commitSegment(segID, frameBytes, int64(len(obj)), batch); err != nil {
 		return err
 	}
-	e.dirtyDone(int64(len(batch)) * extentSize)
+	e.dirtyDone(dirtyBytesOf(batch))
 	failpoint.Hit("segment-after-commit")
 	if len(obj) > 0 && e.opts.Events != nil {
 		e.opts.Events.Sealed(segID, int64(len(obj)))

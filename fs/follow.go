@@ -197,6 +197,7 @@ func (e *Engine) refresh(keys [][]byte, all bool) Changes {
 		}
 		n.mu.Lock()
 		n.attr, n.psize = attrOf(ino, rec), rec.Size
+		n.shift = rec.Shift() // an empty file's may have changed
 		n.mu.Unlock()
 	}
 	e.ns.Unlock()

@@ -102,6 +102,7 @@ type fsckInode struct {
 type fsckRec struct {
 	Mode, Nlink uint32
 	Parent      uint64
+	Shift       uint8 // log2 of the extent size
 }
 
 func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o FsckOptions) (*FsckReport, error) {
@@ -122,7 +123,7 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 			r.problem("inode %d: malformed record", ino)
 			return nil
 		}
-		inodes[ino] = &fsckInode{rec: fsckRec{Mode: rec.Mode, Nlink: rec.Nlink, Parent: rec.Parent}}
+		inodes[ino] = &fsckInode{rec: fsckRec{Mode: rec.Mode, Nlink: rec.Nlink, Parent: rec.Parent, Shift: rec.Shift()}}
 		return nil
 	}); err != nil {
 		return nil, err
@@ -260,6 +261,9 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 		}
 		if inodes[ino] == nil && !tombs[ino] {
 			r.problem("extent %d/%d belongs to no inode and no tombstone", ino, idx)
+		}
+		if n := inodes[ino]; n != nil && !tombs[ino] && uint64(p.PlainLen) > uint64(1)<<n.rec.Shift {
+			r.problem("extent %d/%d holds %d bytes, more than the file's extent size %d", ino, idx, p.PlainLen, uint64(1)<<n.rec.Shift)
 		}
 		live[p.Segment] += int64(p.Length)
 		refs[p.Segment] = append(refs[p.Segment], ref{segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p})

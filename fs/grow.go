@@ -24,7 +24,8 @@ func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error 
 		n.mu.RLock()
 		size := n.attr.Size
 		regular := n.attr.IsRegular()
-		idx, from := size/extentSize, size%extentSize
+		es := n.es()
+		idx, from := size/es, size%es
 		inMem := n.dirty[idx] != nil || n.flushing[idx] != nil
 		var ptr segment.Pointer
 		var hasPtr bool
@@ -53,7 +54,7 @@ func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error 
 				return nil
 			}
 		}
-		done, err := e.zeroPastEndApply(n, size, idx, from, inMem, ptr, hasPtr, data)
+		done, err := e.zeroPastEndApply(n, size, es, idx, from, inMem, ptr, hasPtr, data)
 		if done || err != nil {
 			return err
 		}
@@ -62,7 +63,7 @@ func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error 
 
 // zeroPastEndApply is zeroPastEnd's change, made if the size and the last
 // extent are still as zeroPastEnd saw them; otherwise it reports !done.
-func (e *Engine) zeroPastEndApply(n *inode, size, idx, from uint64, inMem bool, ptr segment.Pointer, hasPtr bool, data []byte) (done bool, err error) {
+func (e *Engine) zeroPastEndApply(n *inode, size, es, idx, from uint64, inMem bool, ptr segment.Pointer, hasPtr bool, data []byte) (done bool, err error) {
 	e.ptrMu.Lock()
 	defer e.ptrMu.Unlock()
 	n.mu.Lock()
@@ -70,7 +71,7 @@ func (e *Engine) zeroPastEndApply(n *inode, size, idx, from uint64, inMem bool, 
 	if n.deleted {
 		return true, nil
 	}
-	if n.attr.Size != size || (n.dirty[idx] != nil || n.flushing[idx] != nil) != inMem {
+	if n.attr.Size != size || n.es() != es || (n.dirty[idx] != nil || n.flushing[idx] != nil) != inMem {
 		return false, nil
 	}
 	if buf := n.dirty[idx]; buf != nil {
@@ -91,14 +92,14 @@ func (e *Engine) zeroPastEndApply(n *inode, size, idx, from uint64, inMem bool, 
 			return false, nil
 		}
 	}
-	buf := getExtentBuf()
+	buf := getExtentBuf(es)
 	clear(buf[copy(buf, data):])
 	clear(buf[from:])
 	if len(n.res) > 0 {
 		n.res = unreserve(n.res, idx, idx+1) // the data takes its place
 	}
 	n.dirty[idx] = buf
-	e.dirtyBytes.Add(extentSize)
+	e.dirtyBytes.Add(int64(es))
 	return true, nil
 }
 

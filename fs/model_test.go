@@ -97,14 +97,25 @@ func TestRandomModelCrash(t *testing.T) {
 		}
 	}
 	open()
-	live := map[string]*modelFile{} // current state
-	durable := map[string][]byte{}  // state at the last barrier
+	// Files have extent sizes from 4 KiB to 32 KiB: set on the root
+	// directory (inherited) or on a file just created.
+	sizes := []uint64{4096, 8192, 16384, 32768}
+	rootES := sizes[rng.Intn(len(sizes))]
+	if err := e.SetXattr(ctx, RootIno, XattrExtentSize, []byte(strconv.FormatUint(rootES, 10)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("root extent size %d", rootES)
+	live := map[string]*modelFile{}   // current state
+	durable := map[string]modelFile{} // state at the last barrier
 	names := []string{"a", "b", "c", "d", "e", "f"}
 	var opened []*modelFile
 	snapshot := func() {
-		durable = map[string][]byte{}
+		durable = map[string]modelFile{}
 		for n, f := range live {
-			durable[n] = append([]byte(nil), f.data...)
+			durable[n] = modelFile{es: f.es, data: append([]byte(nil), f.data...)}
 		}
 	}
 	trace := os.Getenv("EBBFS_MODEL_TRACE") != ""
@@ -125,7 +136,14 @@ func TestRandomModelCrash(t *testing.T) {
 			if err != nil {
 				t.Fatalf("step %d create: %v", step, err)
 			}
-			live[name] = &modelFile{ino: a.Ino}
+			es := rootES
+			if rng.Intn(2) == 0 {
+				es = sizes[rng.Intn(len(sizes))]
+				if err := e.SetXattr(ctx, a.Ino, XattrExtentSize, []byte(strconv.FormatUint(es, 10)), 0); err != nil {
+					t.Fatalf("step %d set extent size: %v", step, err)
+				}
+			}
+			live[name] = &modelFile{ino: a.Ino, es: es}
 		case op < 55 && f != nil:
 			off := rng.Intn(300 << 10)
 			n := 1 + rng.Intn(80<<10)
@@ -206,7 +224,7 @@ func TestRandomModelCrash(t *testing.T) {
 				if err != nil {
 					t.Fatalf("step %d: after crash %s: %v", step, n, err)
 				}
-				live[n] = &modelFile{ino: a.Ino, data: append([]byte(nil), d...)}
+				live[n] = &modelFile{ino: a.Ino, es: d.es, data: append([]byte(nil), d.data...)}
 			}
 			checkModel(t, e, live, fmt.Sprintf("step %d after crash", step))
 			r, err := Fsck(ctx, base, k, FsckOptions{})
@@ -231,6 +249,7 @@ func TestRandomModelCrash(t *testing.T) {
 
 type modelFile struct {
 	ino  uint64
+	es   uint64 // extent size
 	data []byte
 }
 
@@ -252,6 +271,9 @@ func checkModel(t *testing.T, e *Engine, live map[string]*modelFile, when string
 		if a.Size != uint64(len(f.data)) {
 			t.Fatalf("%s: %s has size %d, model %d", when, name, a.Size, len(f.data))
 		}
+		if v, err := e.GetXattr(ctx, a.Ino, XattrExtentSize); err != nil || string(v) != strconv.FormatUint(f.es, 10) {
+			t.Fatalf("%s: %s has extent size %q (%v), model %d", when, name, v, err, f.es)
+		}
 		buf := make([]byte, len(f.data)+1)
 		n, err := e.Read(ctx, a.Ino, buf, 0)
 		if err != nil {
@@ -260,7 +282,7 @@ func checkModel(t *testing.T, e *Engine, live map[string]*modelFile, when string
 		if !bytes.Equal(buf[:n], f.data) {
 			for i := range f.data {
 				if i >= n || buf[i] != f.data[i] {
-					t.Fatalf("%s: %s differs from the model at byte %d (extent %d)", when, name, i, i/extentSize)
+					t.Fatalf("%s: %s differs from the model at byte %d (extent %d of %d bytes)", when, name, i, uint64(i)/f.es, f.es)
 				}
 			}
 			t.Fatalf("%s: %s differs from the model", when, name)

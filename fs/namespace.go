@@ -135,7 +135,10 @@ func (t *txn) newChild(p *inode, name string, mode, rdev, uid, gid uint32) *inod
 	if mode&ModeType == ModeDir {
 		nlink = 2
 	}
-	n := &inode{ino: ino, parent: p.ino, refs: 1, dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{},
+	p.mu.RLock()
+	shift := p.shift // a directory's extent size is its new children's
+	p.mu.RUnlock()
+	n := &inode{ino: ino, parent: p.ino, refs: 1, shift: shift, dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{},
 		attr: Attr{Ino: ino, Mode: mode, Uid: uid, Gid: gid, Nlink: nlink, Rdev: rdev,
 			Atime: t.now, Mtime: t.now, Ctime: t.now, Gen: 1}}
 	e.ns.inodes[ino] = n

@@ -228,6 +228,7 @@ func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
 		return // enough read-ahead in flight
 	}
 	n.raEnd.Store(to)
+	es := n.es() // caller holds n.mu
 	run := &readAheadRun{from: from, to: to, done: make(chan struct{})}
 	n.ra.Store(run)
 	e.wg.Add(1)
@@ -235,22 +236,26 @@ func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
 		defer e.wg.Done()
 		defer func() { <-e.raSem }()
 		defer close(run.done)
-		e.prefetch(e.bg, ino, from, to)
+		e.prefetch(e.bg, ino, es, from, to)
 	}()
 }
+
+// prefetchRun bounds the bytes one read-ahead GET fetches.
+const prefetchRun = 2 << 20
 
 // prefetch reads the committed extents covering [from, to) into the cache.
 // Its runs (frames adjacent in one segment, one GET each) are fetched
 // concurrently, so that one run's GET overlaps another's decryption.
-func (e *Engine) prefetch(ctx context.Context, ino uint64, from, to int64) {
-	all, err := e.pointersIn(ino, uint64(from)/extentSize, uint64(to-1)/extentSize+1)
+func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
+	all, err := e.pointersIn(ino, uint64(from)/es, uint64(to-1)/es+1)
 	if err != nil {
 		return
 	}
 	var wg sync.WaitGroup
 	for len(all) > 0 && ctx.Err() == nil {
-		k := 1
-		for k < len(all) && k < 64 && all[k].p.Segment == all[k-1].p.Segment && all[k-1].p.End() == uint64(all[k].p.Offset) {
+		k, span := 1, all[0].p.Length
+		for k < len(all) && span < prefetchRun && all[k].p.Segment == all[k-1].p.Segment && all[k-1].p.End() == uint64(all[k].p.Offset) {
+			span += all[k].p.Length
 			k++
 		}
 		ids := make([]segment.FrameID, k)
@@ -274,14 +279,15 @@ func (e *Engine) prefetch(ctx context.Context, ino uint64, from, to int64) {
 // sit next to each other in one segment with one request. With misses, the
 // runs a cache-only attempt did not find are appended to it instead.
 func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64, misses *[]storeMiss) error {
-	first := uint64(off) / extentSize
-	last := uint64(off+int64(len(p))-1) / extentSize
+	es := int64(n.es())
+	first := uint64(off / es)
+	last := uint64((off + int64(len(p)) - 1) / es)
 	var runIdx []uint64
 	var runIDs []segment.FrameID
 	var runPtrs []segment.Pointer
 	place := func(idx uint64, data []byte) {
-		start := int64(idx) * extentSize
-		lo, hi := max(start, off), min(start+extentSize, off+int64(len(p)))
+		start := int64(idx) * es
+		lo, hi := max(start, off), min(start+es, off+int64(len(p)))
 		dst := p[lo-off : hi-off]
 		var src []byte
 		if a := lo - start; a < int64(len(data)) {

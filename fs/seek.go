@@ -81,14 +81,15 @@ func (e *Engine) seek(ino uint64, off int64, f func(n *inode, size int64) (int64
 // SeekData returns the first offset >= off that holds data.
 func (e *Engine) SeekData(ctx context.Context, ino uint64, off int64) (int64, error) {
 	return e.seek(ino, off, func(n *inode, size int64) (int64, error) {
-		idx, ok, err := e.nextDataLocked(n, uint64(off)/extentSize)
+		es := int64(n.es())
+		idx, ok, err := e.nextDataLocked(n, uint64(off/es))
 		if err != nil {
 			return 0, err
 		}
-		if !ok || int64(idx)*extentSize >= size {
+		if !ok || int64(idx)*es >= size {
 			return 0, ErrNoData
 		}
-		return max(off, int64(idx)*extentSize), nil
+		return max(off, int64(idx)*es), nil
 	})
 }
 
@@ -96,13 +97,14 @@ func (e *Engine) SeekData(ctx context.Context, ino uint64, off int64) (int64, er
 // file counts as one).
 func (e *Engine) SeekHole(ctx context.Context, ino uint64, off int64) (int64, error) {
 	return e.seek(ino, off, func(n *inode, size int64) (int64, error) {
-		for idx := uint64(off) / extentSize; int64(idx)*extentSize < size; idx++ {
+		es := int64(n.es())
+		for idx := uint64(off / es); int64(idx)*es < size; idx++ {
 			ok, err := e.hasDataLocked(n, idx)
 			if err != nil {
 				return 0, err
 			}
 			if !ok {
-				return max(off, int64(idx)*extentSize), nil
+				return max(off, int64(idx)*es), nil
 			}
 		}
 		return size, nil

@@ -182,11 +182,20 @@ func (e *Engine) ReadPastShrink(ctx context.Context, ino uint64, p []byte, off i
 // by extent; it returns how many bytes from the start of p it placed
 // before an error.
 func (e *Engine) readSnapshot(ctx context.Context, snap *lsm.Snapshot, ino uint64, p []byte, off int64) (int, error) {
-	first := uint64(off) / extentSize
-	last := (uint64(off) + uint64(len(p)) - 1) / extentSize
+	v, ok, err := snap.Get(schema.InodeKey(ino))
+	if err != nil || !ok {
+		return 0, err
+	}
+	rec, err := schema.UnmarshalInode(v)
+	if err != nil {
+		return 0, fmt.Errorf("fs: inode %d: %w", ino, err)
+	}
+	es := int64(1) << rec.Shift()
+	first := uint64(off / es)
+	last := uint64((off + int64(len(p)) - 1) / es)
 	lo, hi := schema.ExtentRange(ino, first, last+1)
 	ptrs := map[uint64]segment.Pointer{}
-	err := snap.Scan(lo, hi, func(k, v []byte) error {
+	err = snap.Scan(lo, hi, func(k, v []byte) error {
 		_, idx, err := schema.ParseExtentKey(k)
 		if err != nil {
 			return fmt.Errorf("fs: extent key %x: %w", k, err)
@@ -209,8 +218,8 @@ func (e *Engine) readSnapshot(ctx context.Context, snap *lsm.Snapshot, ino uint6
 				return done, err
 			}
 		}
-		start := int64(idx) * extentSize
-		lo, hi := max(start, off), min(start+extentSize, off+int64(len(p)))
+		start := int64(idx) * es
+		lo, hi := max(start, off), min(start+es, off+int64(len(p)))
 		dst := p[lo-off : hi-off]
 		var src []byte
 		if a := lo - start; a < int64(len(data)) {

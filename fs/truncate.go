@@ -93,7 +93,7 @@ func (e *Engine) truncate(ctx context.Context, ino uint64, size uint64) error {
 			n.psize = size
 		}
 		// Reservations past the end go with it (allocate.go).
-		n.res = unreserve(n.res, (size+extentSize-1)/extentSize, math.MaxUint64)
+		n.res = unreserve(n.res, (size+n.es()-1)/n.es(), math.MaxUint64)
 		n.settle()
 		e.putInode(b, n)
 	})
@@ -129,7 +129,8 @@ func (e *Engine) Punch(ctx context.Context, ino uint64, off, length int64) error
 	}
 	return e.zeroRange(ctx, n, off, length, false, func(b *lsm.Batch) {
 		// A punched extent is no longer reserved (allocate.go).
-		n.res = unreserve(n.res, (uint64(off)+extentSize-1)/extentSize, uint64(off+length)/extentSize)
+		es := n.es()
+		n.res = unreserve(n.res, (uint64(off)+es-1)/es, uint64(off+length)/es)
 		n.attr.Mtime = e.now()
 		n.attr.Ctime = n.attr.Mtime
 		n.settle()
@@ -174,7 +175,7 @@ func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toE
 		if !toEnd && end == off {
 			return nil // nothing below the end of the file
 		}
-		edges, err := e.lookEdges(n, off, end, toEnd)
+		edges, es, err := e.lookEdges(n, off, end, toEnd)
 		if err != nil {
 			return err
 		}
@@ -193,37 +194,38 @@ func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toE
 				}
 			}
 		}
-		done, err := e.zeroApply(n, off, end, toEnd, rangeEnd, edges, finish)
+		done, err := e.zeroApply(n, off, end, toEnd, es, rangeEnd, edges, finish)
 		if done || err != nil {
 			return err
 		}
 	}
 }
 
-// lookEdges notes the state of the extents [off, end) covers in part.
-func (e *Engine) lookEdges(n *inode, off, end int64, toEnd bool) ([]edgeState, error) {
+// lookEdges notes the state of the extents [off, end) covers in part, and
+// the extent size it went by.
+func (e *Engine) lookEdges(n *inode, off, end int64, toEnd bool) ([]edgeState, uint64, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	var out []edgeState
-	for _, idx := range partialEdges(off, end, toEnd) {
+	for _, idx := range partialEdges(off, end, int64(n.es()), toEnd) {
 		x := edgeState{idx: idx}
 		if n.dirty[idx] != nil || n.flushing[idx] != nil {
 			x.inMem = true
 		} else {
 			p, ok, err := e.visiblePointer(n.ino, idx)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			x.ptr, x.hasPtr = p, ok
 		}
 		out = append(out, x)
 	}
-	return out, nil
+	return out, n.es(), nil
 }
 
 // zeroApply makes zeroRange's change if the edges still look as noted and
 // the size still gives the same range; otherwise it reports !done.
-func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, rangeEnd func(int64) int64, edges []edgeState, finish func(b *lsm.Batch)) (done bool, err error) {
+func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, ues uint64, rangeEnd func(int64) int64, edges []edgeState, finish func(b *lsm.Batch)) (done bool, err error) {
 	e.ptrMu.Lock()
 	defer e.ptrMu.Unlock()
 	n.mu.Lock()
@@ -231,7 +233,7 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, rangeEnd func(i
 	if n.deleted {
 		return true, ErrNotExist
 	}
-	if rangeEnd(int64(n.attr.Size)) != end {
+	if rangeEnd(int64(n.attr.Size)) != end || n.es() != ues {
 		return false, nil // the size changed: look again
 	}
 	for _, x := range edges {
@@ -251,11 +253,12 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, rangeEnd func(i
 	}
 	// Partly covered extents: zeroed in memory.
 	var added int64
+	es := int64(ues)
 	for _, x := range edges {
-		start := int64(x.idx) * extentSize
-		lo, hi := max(off, start)-start, min(end, start+extentSize)-start
+		start := int64(x.idx) * es
+		lo, hi := max(off, start)-start, min(end, start+es)-start
 		if toEnd {
-			hi = extentSize
+			hi = es
 		}
 		buf := n.dirty[x.idx]
 		if buf == nil {
@@ -266,24 +269,24 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, rangeEnd func(i
 			if base == nil {
 				continue // a hole stays a hole
 			}
-			buf = getExtentBuf()
+			buf = getExtentBuf(ues)
 			clear(buf[copy(buf, base):])
 			n.dirty[x.idx] = buf
-			added += extentSize
+			added += es
 		}
 		clear(buf[lo:hi])
 	}
 	e.dirtyBytes.Add(added)
 	// Fully covered extents: in-memory data goes now, committed data with
 	// the transaction below.
-	firstFull := (uint64(off) + extentSize - 1) / extentSize
-	endFull := uint64(end) / extentSize // exclusive
+	firstFull := (uint64(off) + ues - 1) / ues
+	endFull := uint64(end) / ues // exclusive
 	var freed int64
 	for idx := range n.dirty {
 		if idx >= firstFull && (toEnd || idx < endFull) {
 			putExtentBuf(n.dirty[idx])
 			delete(n.dirty, idx)
-			freed += extentSize
+			freed += es
 		}
 	}
 	for idx := range n.flushing {
@@ -315,16 +318,16 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, rangeEnd func(i
 }
 
 // partialEdges lists the extents [off,end) covers only in part.
-func partialEdges(off, end int64, toEnd bool) []uint64 {
+func partialEdges(off, end, es int64, toEnd bool) []uint64 {
 	var out []uint64
 	if end <= off {
 		return nil // truncate to or past the end: nothing left to zero
 	}
-	if off%extentSize != 0 {
-		out = append(out, uint64(off)/extentSize)
+	if off%es != 0 {
+		out = append(out, uint64(off/es))
 	}
-	if !toEnd && end%extentSize != 0 {
-		last := uint64(end) / extentSize
+	if !toEnd && end%es != 0 {
+		last := uint64(end / es)
 		if len(out) == 0 || out[0] != last {
 			out = append(out, last)
 		}

@@ -2,8 +2,10 @@ package fs
 
 import (
 	"context"
+	"math/bits"
 	"sync"
 
+	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/segment"
 )
 
@@ -11,15 +13,26 @@ import (
 // otherwise allocate (and the runtime zero) every byte it writes once more.
 // A buffer goes back to the pool only once the commit that made its data
 // durable has removed it from the inode, so no reader can still see it.
-var extentBufs = sync.Pool{New: func() any { return new([extentSize]byte) }}
+// There is a pool per extent size.
+var extentBufs [schema.MaxExtentShift + 1]sync.Pool
 
-// getExtentBuf returns an extent buffer with undefined contents.
-func getExtentBuf() []byte { return extentBufs.Get().(*[extentSize]byte)[:] }
+func init() {
+	for sh := schema.MinExtentShift; sh <= schema.MaxExtentShift; sh++ {
+		extentBufs[sh].New = func() any { b := make([]byte, 1<<sh); return &b }
+	}
+}
+
+// getExtentBuf returns a buffer of es bytes (an extent size) with undefined
+// contents.
+func getExtentBuf(es uint64) []byte {
+	return *extentBufs[bits.TrailingZeros64(es)].Get().(*[]byte)
+}
 
 // putExtentBuf recycles a buffer from getExtentBuf that nothing references.
 func putExtentBuf(b []byte) {
-	if len(b) == extentSize {
-		extentBufs.Put((*[extentSize]byte)(b))
+	sh := bits.TrailingZeros64(uint64(len(b)))
+	if len(b) == cap(b) && len(b) == 1<<sh && sh >= schema.MinExtentShift && sh <= schema.MaxExtentShift {
+		extentBufs[sh].Put(&b)
 	}
 }
 
@@ -152,17 +165,18 @@ func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, w
 		p = p[:min(uint64(len(p)), n.attr.Size-uint64(off))]
 	}
 	end := off + int64(len(p))
+	es := int64(n.es())
 	for pos := off; pos < end; {
-		idx := uint64(pos) / extentSize
-		start := int64(idx) * extentSize
-		lo, hi := pos-start, min(end-start, extentSize)
+		idx := uint64(pos / es)
+		start := int64(idx) * es
+		lo, hi := pos-start, min(end-start, es)
 		buf := n.dirty[idx]
 		if buf == nil {
 			if len(n.res) > 0 {
 				n.res = unreserve(n.res, idx, idx+1) // the data takes its place
 			}
-			buf = getExtentBuf()
-			if lo > 0 || hi < extentSize { // the rest of the extent keeps its bytes
+			buf = getExtentBuf(uint64(es))
+			if lo > 0 || hi < es { // the rest of the extent keeps its bytes
 				var base []byte
 				var old segment.Pointer
 				if start < int64(n.attr.Size) {
@@ -197,7 +211,7 @@ func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, w
 				}
 			}
 			n.dirty[idx] = buf
-			e.dirtyBytes.Add(extentSize)
+			e.dirtyBytes.Add(es)
 		}
 		copy(buf[lo:hi], p[pos-off:])
 		pos = start + hi

@@ -71,9 +71,16 @@ func NewEngineBackend(e *fs.Engine) Backend {
 	return &engineBackend{e: e}
 }
 
+// ExportExtentSize is the extent size EnsureExportDir gives a /.nbd it
+// creates, and so the exports created in it: block devices are written
+// in 4 KiB blocks at random, and a larger extent would rewrite (and
+// upload, and store until reclaimed) the whole extent for each.
+const ExportExtentSize = "4096"
+
 // EnsureExportDir creates /.nbd (mode 0700, owned by the calling process's
-// user and group) if it does not exist. A writer calls it at startup. It
-// fails if /.nbd exists but is not a directory.
+// user and group, extent size ExportExtentSize) if it does not exist. A
+// writer calls it at startup. It fails if /.nbd exists but is not a
+// directory; an existing /.nbd keeps its extent size.
 func EnsureExportDir(ctx context.Context, e *fs.Engine) error {
 	for range 3 {
 		a, err := e.Lookup(ctx, fs.RootIno, ExportDir)
@@ -85,8 +92,11 @@ func EnsureExportDir(ctx context.Context, e *fs.Engine) error {
 		case !errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("nbd: looking up /%s: %w", ExportDir, err)
 		}
-		_, err = e.Mkdir(ctx, fs.RootIno, ExportDir, 0o700, uint32(os.Getuid()), uint32(os.Getgid()))
+		d, err := e.Mkdir(ctx, fs.RootIno, ExportDir, 0o700, uint32(os.Getuid()), uint32(os.Getgid()))
 		if err == nil {
+			if err := e.SetXattr(ctx, d.Ino, fs.XattrExtentSize, []byte(ExportExtentSize), 0); err != nil {
+				return fmt.Errorf("nbd: setting the extent size of /%s: %w", ExportDir, err)
+			}
 			return nil
 		}
 		if !errors.Is(err, fs.ErrExist) {

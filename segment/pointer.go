@@ -14,8 +14,10 @@ import (
 	"strconv"
 )
 
-// ExtentSize is the size of one file extent: extent i of a file covers bytes
-// [i*ExtentSize, (i+1)*ExtentSize).
+// ExtentSize is the default and largest size of a file extent: extent i of
+// a file covers bytes [i*ExtentSize, (i+1)*ExtentSize). A file may have
+// smaller extents (4, 8 or 16 KiB; the inode records it), so a frame
+// holds at most this much.
 const ExtentSize = 32 << 10
 
 // MaxPlainLen is the largest plaintext a frame may hold. Frames hold one

@@ -8,11 +8,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // options are the command-line flags.
@@ -44,7 +47,14 @@ type options struct {
 	rwSize       int64
 	rwWrites     int
 	rwFsyncEvery int
-	rwSettle     time.Duration
+	// dbExtentSize, if set, is the extent size (user.ebbfs.extent_size)
+	// the ebbfs targets give the files of the random overwrites and of
+	// the 4 KiB write+fsync loop, as a database's directory would have.
+	dbExtentSize int
+	// extentSize, if set, is the extent size of every file the ebbfs
+	// targets' workloads create (set on the mount's root directory).
+	extentSize int
+	rwSettle   time.Duration
 }
 
 // allGroups are the workload groups in the order they run in each round.
@@ -63,6 +73,8 @@ func main() {
 	flag.Var(&rwSize, "rw-size", "size of the random-overwrite file (a multiple of 1MiB)")
 	flag.IntVar(&o.rwWrites, "rw-writes", 65536, "random 4 KiB pwrites of the random-overwrite workload")
 	flag.IntVar(&o.rwFsyncEvery, "rw-fsync-every", 256, "random-overwrite workload: an fsync after every this many pwrites (and after the last)")
+	flag.IntVar(&o.extentSize, "extent-size", 0, "give every ebbfs file of the run this extent size (user.ebbfs.extent_size on the mount's root; 0: the default, 32768)")
+	flag.IntVar(&o.dbExtentSize, "db-extent-size", 0, "give the ebbfs files of the random overwrites and the 4 KiB write+fsync loop this extent size (user.ebbfs.extent_size; 0: the default, 32768)")
 	flag.DurationVar(&o.rwSettle, "rw-settle", 180*time.Second, "random-overwrite workload: wait up to this long afterwards for the ebbfs store to shrink below 1.1x the file (0: do not wait)")
 	flag.StringVar(&o.parent, "dir", "/var/tmp", "directory on the disk under test; a fresh mountbench-* directory is made in it")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory (files, ebbfs store, logs)")
@@ -313,6 +325,16 @@ func (b *bench) main() error {
 			segs: s3SegmentsDir(), layout: l})
 	}
 
+	if b.o.extentSize != 0 {
+		for _, t := range b.targets {
+			if t.segs == "" {
+				continue
+			}
+			if err := unix.Setxattr(t.dir, "user.ebbfs.extent_size", []byte(strconv.Itoa(b.o.extentSize)), 0); err != nil {
+				return fmt.Errorf("%s: setting the extent size: %w", t.name, err)
+			}
+		}
+	}
 	b.runGroups()
 
 	// Peak RSS before the servers stop; then the clean stop (umount,

@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // amend changes this round's last result of key on t (what a workload
@@ -28,10 +31,28 @@ func (b *bench) roundFile(key string, t *target) string {
 	return filepath.Join(t.dir, name)
 }
 
+// dbFile creates path, empty, and on an ebbfs target gives it the extent
+// size of -db-extent-size.
+func (b *bench) dbFile(path string, t *target) error {
+	if b.o.dbExtentSize == 0 || t.segs == "" {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return unix.Setxattr(path, "user.ebbfs.extent_size", []byte(strconv.Itoa(b.o.dbExtentSize)), 0)
+}
+
 // fsyncGroup runs the 4 KiB pwrite+fsync loop, then reads the file back
 // and checks it (not timed).
 func (b *bench) fsyncGroup(t *target) {
 	path := b.roundFile("fsync4k", t)
+	if err := b.dbFile(path, t); err != nil {
+		b.measure("fsync4k", t, func() (float64, error) { return 0, err })
+		return
+	}
 	r := b.measureTry("fsync4k", t, func() (float64, error) { return fsyncLoop(b.pat, path, b.o.fsyncs) }, false)
 	if r.err != nil {
 		return
@@ -86,6 +107,10 @@ func (b *bench) overwriteGroup(t *target) {
 			return
 		}
 		st.base = dirBytes(t.segs)
+	}
+	if err := b.dbFile(path, t); err != nil {
+		fail(err)
+		return
 	}
 	t0 := time.Now()
 	if _, err := seqWrite(b.pat, path, b.o.rwSize); err != nil {

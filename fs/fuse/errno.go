@@ -31,6 +31,7 @@ var errnoTable = []struct {
 	{ebbfs.ErrNoData, syscall.ENXIO},
 	{ebbfs.ErrPermission, syscall.EPERM},
 	{ebbfs.ErrNoSpace, syscall.ENOSPC},
+	{ebbfs.ErrBusy, syscall.EBUSY},
 	{ebbfs.ErrStale, syscall.ESTALE},
 }
 

@@ -166,6 +166,25 @@ type Inode struct {
 	// disjoint, not adjacent, at most MaxReservedRanges. Empty for nearly
 	// every inode: such records keep the version 1 encoding.
 	Reserved []ExtentSpan
+	// ExtentShift is log2 of the file's extent size, MinExtentShift to
+	// MaxExtentShift; 0 reads as MaxExtentShift (32 KiB). A directory's
+	// is what files and directories created in it start with. Records of
+	// the default size keep the version 1 or 2 encoding.
+	ExtentShift uint8
+}
+
+// The extent sizes a file may have: 4 KiB to 32 KiB.
+const (
+	MinExtentShift = 12
+	MaxExtentShift = 15
+)
+
+// Shift is the inode's extent shift with the default filled in.
+func (n *Inode) Shift() uint8 {
+	if n.ExtentShift == 0 {
+		return MaxExtentShift
+	}
+	return n.ExtentShift
 }
 
 // ExtentSpan is the extent indexes [From, To).
@@ -177,12 +196,13 @@ const MaxReservedRanges = 64
 const (
 	inodeVersion  = 1 // fixed fields only
 	inodeVersion2 = 2 // fixed fields, then u16 count and count (from u64, to u64) ranges
+	inodeVersion3 = 3 // fixed fields, then u8 extent shift, then u16 count (may be 0) and ranges
 )
 const inodeLen = 1 + 5*4 + 7*8
 
 // Marshal encodes the inode.
 func (n *Inode) Marshal() []byte {
-	b := make([]byte, inodeLen, inodeLen+2+16*len(n.Reserved))
+	b := make([]byte, inodeLen, inodeLen+3+16*len(n.Reserved))
 	b[0] = inodeVersion
 	be.PutUint32(b[1:], n.Mode)
 	be.PutUint32(b[5:], n.Uid)
@@ -196,9 +216,15 @@ func (n *Inode) Marshal() []byte {
 	be.PutUint64(b[53:], uint64(n.Ctime))
 	be.PutUint64(b[61:], n.Gen)
 	be.PutUint64(b[69:], n.Parent)
-	if len(n.Reserved) > 0 {
+	if sh := n.Shift(); sh != MaxExtentShift {
+		b[0] = inodeVersion3
+		b = append(b, sh)
+		b = be.AppendUint16(b, uint16(len(n.Reserved)))
+	} else if len(n.Reserved) > 0 {
 		b[0] = inodeVersion2
 		b = be.AppendUint16(b, uint16(len(n.Reserved)))
+	}
+	if len(n.Reserved) > 0 {
 		for _, r := range n.Reserved {
 			b = be.AppendUint64(b, r.From)
 			b = be.AppendUint64(b, r.To)
@@ -207,28 +233,42 @@ func (n *Inode) Marshal() []byte {
 	return b
 }
 
-// UnmarshalInode decodes an inode (version 1 or 2).
+// UnmarshalInode decodes an inode (version 1, 2 or 3).
 func UnmarshalInode(b []byte) (Inode, error) {
 	if len(b) < inodeLen {
 		return Inode{}, ErrCorrupt
 	}
 	var res []ExtentSpan
+	var shift uint8
+	ranges := inodeLen // where the count of reserved ranges is
 	switch b[0] {
 	case inodeVersion:
 		if len(b) != inodeLen {
 			return Inode{}, ErrCorrupt
 		}
+	case inodeVersion3:
+		if len(b) < inodeLen+3 {
+			return Inode{}, ErrCorrupt
+		}
+		shift = b[inodeLen]
+		if shift < MinExtentShift || shift >= MaxExtentShift {
+			return Inode{}, ErrCorrupt
+		}
+		ranges++
+		fallthrough
 	case inodeVersion2:
-		if len(b) < inodeLen+2 {
+		if len(b) < ranges+2 {
 			return Inode{}, ErrCorrupt
 		}
-		count := int(be.Uint16(b[inodeLen:]))
-		if count == 0 || count > MaxReservedRanges || len(b) != inodeLen+2+16*count {
+		count := int(be.Uint16(b[ranges:]))
+		if (count == 0 && b[0] == inodeVersion2) || count > MaxReservedRanges || len(b) != ranges+2+16*count {
 			return Inode{}, ErrCorrupt
 		}
-		res = make([]ExtentSpan, count)
+		if count > 0 {
+			res = make([]ExtentSpan, count)
+		}
 		for i := range res {
-			o := inodeLen + 2 + 16*i
+			o := ranges + 2 + 16*i
 			res[i] = ExtentSpan{From: be.Uint64(b[o:]), To: be.Uint64(b[o+8:])}
 			if res[i].From >= res[i].To || (i > 0 && res[i].From <= res[i-1].To) {
 				return Inode{}, ErrCorrupt
@@ -251,7 +291,8 @@ func UnmarshalInode(b []byte) (Inode, error) {
 		Gen:    be.Uint64(b[61:]),
 		Parent: be.Uint64(b[69:]),
 
-		Reserved: res,
+		Reserved:    res,
+		ExtentShift: shift,
 	}, nil
 }
 

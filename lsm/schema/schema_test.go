@@ -45,7 +45,35 @@ func TestInodeRoundTrip(t *testing.T) {
 		x.Reserved = r
 		bad("ranges "+fmt.Sprint(r), x.Marshal())
 	}
-	bad("version 3", append([]byte{3}, v1[1:]...))
+	bad("version 4", append([]byte{4}, v1[1:]...))
+
+	// A smaller extent size makes a version 3 record, with or without
+	// reservations.
+	for _, res := range [][]ExtentSpan{nil, {{0, 4}, {10, 1 << 40}}} {
+		x := in
+		x.Reserved, x.ExtentShift = res, 12
+		v3 := x.Marshal()
+		if len(v3) != 77+3+16*len(res) || v3[0] != 3 || v3[77] != 12 || !bytes.Equal(v3[1:77], v1[1:]) {
+			t.Fatalf("version 3 record: %x", v3)
+		}
+		if out, err = UnmarshalInode(v3); err != nil || !reflect.DeepEqual(out, x) || out.Shift() != 12 {
+			t.Fatalf("version 3 round trip: %+v, %v", out, err)
+		}
+		for _, sh := range []byte{0, 11, 15, 16} {
+			b := append([]byte(nil), v3...)
+			b[77] = sh
+			bad(fmt.Sprintf("extent shift %d", sh), b)
+		}
+		bad("version 3 truncated", v3[:len(v3)-1])
+	}
+	x := in
+	x.Reserved, x.ExtentShift = nil, MaxExtentShift
+	if v := x.Marshal(); !bytes.Equal(v, v1) {
+		t.Fatalf("the default extent size made %x, want the version 1 record", v)
+	}
+	if x.Shift() != 15 || (&Inode{}).Shift() != 15 {
+		t.Fatal("the default extent shift is not 15")
+	}
 }
 
 func TestKeysSortNumerically(t *testing.T) {

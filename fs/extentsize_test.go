@@ -1,0 +1,195 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+func (f *testFS) extentSizeOf(ino uint64) string {
+	f.t.Helper()
+	v, err := f.e.GetXattr(context.Background(), ino, XattrExtentSize)
+	if err != nil {
+		f.t.Fatalf("get extent size of %d: %v", ino, err)
+	}
+	return string(v)
+}
+
+func (f *testFS) setExtentSize(ino uint64, v string) error {
+	return f.e.SetXattr(context.Background(), ino, XattrExtentSize, []byte(v), 0)
+}
+
+// TestExtentSizeAttribute: the extent size is 32 KiB unless set; a
+// directory's is inherited by what is created in it; a file's changes only
+// while it holds no data; the size survives a restart from the store.
+func TestExtentSizeAttribute(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t)
+	plain := f.create("plain")
+	if got := f.extentSizeOf(plain); got != "32768" {
+		t.Fatalf("default extent size %q, want 32768", got)
+	}
+	for _, bad := range []string{"", "abc", "5000", "2048", "65536", "0", "-4096"} {
+		if err := f.setExtentSize(plain, bad); !errors.Is(err, ErrInvalid) {
+			t.Errorf("extent size %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if err := f.e.SetXattr(ctx, plain, XattrExtentSize, []byte("4096"), XattrCreate); !errors.Is(err, ErrExist) {
+		t.Fatalf("XATTR_CREATE of the extent size: %v, want ErrExist", err)
+	}
+
+	da, err := f.e.Mkdir(ctx, RootIno, "db", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.setExtentSize(da.Ino, "4096\n"); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := f.e.Mkdir(ctx, da.Ino, "sub", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, err := f.e.Create(ctx, sub.Ino, "table", 0o644, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.extentSizeOf(fa.Ino); got != "4096" {
+		t.Fatalf("a file two directories below a 4 KiB one has extent size %q", got)
+	}
+	if names, err := f.e.ListXattr(ctx, fa.Ino); err != nil || len(names) != 0 {
+		t.Fatalf("the extent size is listed: %q, %v", names, err)
+	}
+
+	// 10 KiB of data is three 4 KiB extents, and then the size is fixed.
+	data := randBytes(1, 10<<10)
+	f.write(fa.Ino, data, 0)
+	if err := f.setExtentSize(fa.Ino, "8192"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("changing the extent size of a file with data: %v, want ErrBusy", err)
+	}
+	if err := f.setExtentSize(fa.Ino, "4096"); err != nil {
+		t.Fatalf("setting the size it has: %v", err)
+	}
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ptrs, err := f.e.pointersIn(fa.Ino, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ptrs) != 3 || ptrs[0].p.PlainLen != 4096 || ptrs[2].p.PlainLen != 2048 {
+		t.Fatalf("10 KiB in 4 KiB extents made %d pointers %+v", len(ptrs), ptrs)
+	}
+	if a, err := f.e.Lookup(ctx, sub.Ino, "table"); err != nil || a.Blocks != 20 {
+		t.Fatalf("st_blocks %d (%v), want 20", a.Blocks, err)
+	}
+
+	// Emptied, it may change again.
+	if _, err := f.e.SetAttr(ctx, fa.Ino, SetAttr{Valid: SetSize, Size: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.setExtentSize(fa.Ino, "16384"); err != nil {
+		t.Fatalf("changing the extent size of an emptied file: %v", err)
+	}
+	f.write(fa.Ino, data, 0)
+	if err := f.e.RemoveXattr(ctx, da.Ino, XattrExtentSize); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.extentSizeOf(da.Ino); got != "32768" {
+		t.Fatalf("after removexattr the directory has %q", got)
+	}
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	f.reopen()
+	for ino, want := range map[uint64]string{da.Ino: "32768", sub.Ino: "4096", fa.Ino: "16384", plain: "32768"} {
+		if got := f.extentSizeOf(ino); got != want {
+			t.Errorf("after a restart inode %d has extent size %q, want %q", ino, got, want)
+		}
+	}
+	if got := f.read(fa.Ino, len(data)+1, 0); !bytes.Equal(got, data) {
+		t.Fatal("16 KiB extents read back wrong after a restart")
+	}
+	ptrs, err = f.e.pointersIn(fa.Ino, 0, 100)
+	if err != nil || len(ptrs) != 1 || ptrs[0].p.PlainLen != 10<<10 {
+		t.Fatalf("10 KiB in a 16 KiB extent: %+v, %v", ptrs, err)
+	}
+	f.fsck()
+}
+
+// TestSmallExtentsRewriteOnlyWhatIsWritten: 4 KiB writes into a file of
+// 4 KiB extents read nothing back (no read-modify-write) and upload about
+// what they write.
+func TestSmallExtentsRewriteOnlyWhatIsWritten(t *testing.T) {
+	ctx := context.Background()
+	store := objstore.NewCounting(objstore.NewMem())
+	f := newTestFSOn(t, store)
+	ino := f.create("vm.img")
+	if err := f.setExtentSize(ino, "4096"); err != nil {
+		t.Fatal(err)
+	}
+	const size = 4 << 20
+	want := randBytes(2, size)
+	f.write(ino, want, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen() // empty caches: a read-modify-write would have to fetch
+	before, reqs := f.e.rd.Stats(), store.CountsFor("segments/")
+	for i := 0; i < 256; i++ {
+		off := (i * 97 % (size / 4096)) * 4096
+		p := randBytes(int64(100+i), 4096)
+		f.write(ino, p, int64(off))
+		copy(want[off:], p)
+	}
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := f.e.rd.Stats()
+	if fetched := after.Misses - before.Misses + after.DiskHits - before.DiskHits + after.MemHits - before.MemHits; fetched != 0 {
+		t.Fatalf("256 aligned 4 KiB writes read %d frames", fetched)
+	}
+	// The frames and the segment's directory and footer.
+	if c := store.CountsFor("segments/").Sub(reqs); c.BytesUp > 256*(4096+100) || c.BytesDown != 0 {
+		t.Fatalf("256 4 KiB writes uploaded %d bytes of segments and downloaded %d", c.BytesUp, c.BytesDown)
+	}
+	if got := f.read(ino, size, 0); !bytes.Equal(got, want) {
+		t.Fatal("read back differs")
+	}
+	f.fsck()
+}
+
+// TestReplicaFollowsExtentSizeChange: a replica that holds an empty file
+// open sees the writer give it another extent size and then data, and
+// reads the data by the new size.
+func TestReplicaFollowsExtentSizeChange(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t)
+	ino := f.durableFile(nil)
+	r := f.replica(nil)
+	if err := r.Open(ctx, ino); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release(ctx, ino)
+	if err := f.setExtentSize(ino, "4096"); err != nil {
+		t.Fatal(err)
+	}
+	data := randBytes(4, 10<<10)
+	f.write(ino, data, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Follow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(data)+1)
+	if n, err := r.Read(ctx, ino, buf, 0); err != nil || !bytes.Equal(buf[:n], data) {
+		t.Fatalf("replica read %d bytes (%v), equal %v", n, err, bytes.Equal(buf[:n], data))
+	}
+	if v, err := r.GetXattr(ctx, ino, XattrExtentSize); err != nil || string(v) != "4096" {
+		t.Fatalf("replica extent size %q, %v", v, err)
+	}
+}
