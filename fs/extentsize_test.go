@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"ebbfs.dev/ebbfs/objstore"
 )
@@ -192,4 +194,45 @@ func TestReplicaFollowsExtentSizeChange(t *testing.T) {
 	if v, err := r.GetXattr(ctx, ino, XattrExtentSize); err != nil || string(v) != "4096" {
 		t.Fatalf("replica extent size %q, %v", v, err)
 	}
+}
+
+// TestSegmentsCommitInOrder: a flush uploads two segments at once, but the
+// second one's pointers wait for the first one's commit: while the first
+// upload hangs, nothing of the file is committed, although the second
+// segment is in the store.
+func TestSegmentsCommitInOrder(t *testing.T) {
+	ctx := context.Background()
+	counting := objstore.NewCounting(objstore.NewMem())
+	gate := &putGate{Store: counting}
+	f := newTestFSOn(t, gate)
+	ino := f.create("f")
+	data := randBytes(5, 3<<20) // three segments of 1 MiB (SegmentTarget)
+	f.write(ino, data, 0)
+	before := counting.CountsFor("segments/").Put
+	entered, release := gate.arm()
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open() // a failed check must not leave the flush hanging
+	barrier := make(chan error, 1)
+	go func() { barrier <- f.e.Barrier(ctx) }()
+	<-entered
+	deadline := time.Now().Add(10 * time.Second)
+	for counting.CountsFor("segments/").Put == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the second segment was not uploaded while the first one's upload hung")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // room for a wrong commit to land
+	if ptrs, err := f.e.pointersIn(ino, 0, 1<<20); err != nil || len(ptrs) != 0 {
+		t.Fatalf("%d pointers committed (%v) while the first segment's upload hangs", len(ptrs), err)
+	}
+	open()
+	if err := <-barrier; err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(ino, len(data), 0); !bytes.Equal(got, data) {
+		t.Fatal("read back differs")
+	}
+	f.fsck()
 }

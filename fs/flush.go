@@ -233,27 +233,47 @@ func (e *Engine) SweepHorizon() uint64 {
 	return h
 }
 
+// uploadsInFlight is how many segments a flush uploads at once. Their
+// pointers are committed in order all the same: a segment's commit waits
+// for the one before it. Two overlap one upload's last round trip (or the
+// local store's fsync) with the next one's transfer.
+const uploadsInFlight = 2
+
+// segJob is one segment of a flush: uploaded, then committed after the
+// segment before it.
+type segJob struct {
+	items int
+	err   error         // final once done is closed
+	done  chan struct{} // closed after the commit (or the failure)
+}
+
+// errEarlierSegment fails a segment whose predecessor in the same flush
+// failed: committing it would leave a gap of unflushed extents below
+// committed ones.
+var errEarlierSegment = errors.New("fs: an earlier segment of this flush failed")
+
 // writeSegments encodes items into segments of about SegmentTarget bytes,
 // uploads each, and only then commits its pointers. Frames are encoded on
-// every core, and the next segment is encoded while the previous one is
-// uploading. It returns how many items (a prefix) were committed; their
-// dirty bytes are released segment by segment so that writers blocked on
-// the dirty limit go on early.
+// every core, and the next segment is encoded while earlier ones upload
+// (up to uploadsInFlight at once); commits keep the segments' order. It
+// returns how many items (a prefix) were committed; their dirty bytes are
+// released segment by segment so that writers blocked on the dirty limit
+// go on early.
 func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error) {
 	committed := 0
-	var pending chan error // the upload and commit in flight, if any
-	var pendingLen int
-	wait := func() error {
-		if pending == nil {
-			return nil
+	var firstErr error
+	var jobs []*segJob // in flight, oldest first
+	reap := func() {
+		j := jobs[0]
+		jobs = jobs[1:]
+		<-j.done
+		if j.err == nil && firstErr == nil {
+			committed += j.items
+		} else if firstErr == nil {
+			firstErr = j.err
 		}
-		err := <-pending
-		pending = nil
-		if err == nil {
-			committed += pendingLen
-		}
-		return err
 	}
+	var prev *segJob
 	for start := 0; start < len(all); {
 		end, plain := start, int64(0)
 		for end < len(all) && plain < e.opts.SegmentTarget {
@@ -268,17 +288,25 @@ func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error
 		if b.Frames() > 0 {
 			obj = b.Finish()
 		}
-		if err := wait(); err != nil {
-			e.uploadDone(segID)
-			return committed, err
+		for len(jobs) >= uploadsInFlight || (len(jobs) > 0 && firstErr != nil) {
+			reap()
 		}
-		pending, pendingLen = make(chan error, 1), len(batch)
-		go func(segID uint64, frameBytes int64, obj []byte, batch []flushItem) {
-			pending <- e.uploadAndCommit(ctx, segID, frameBytes, obj, batch)
-		}(segID, int64(b.Size()), obj, batch)
+		if firstErr != nil {
+			e.uploadDone(segID)
+			break
+		}
+		j := &segJob{items: len(batch), done: make(chan struct{})}
+		go func(segID uint64, frameBytes int64, obj []byte, batch []flushItem, prev *segJob) {
+			defer close(j.done)
+			j.err = e.uploadAndCommit(ctx, segID, frameBytes, obj, batch, prev)
+		}(segID, int64(b.Size()), obj, batch, prev)
+		jobs = append(jobs, j)
+		prev = j
 	}
-	err := wait()
-	return committed, err
+	for len(jobs) > 0 {
+		reap()
+	}
+	return committed, firstErr
 }
 
 // encodeSegment seals the frames of batch into a new segment builder,
@@ -304,9 +332,10 @@ func (e *Engine) encodeSegment(segID uint64, batch []flushItem) *segment.Builder
 	return b
 }
 
-// uploadAndCommit uploads one segment (waiting out store outages) and then
-// commits its pointers.
-func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes int64, obj []byte, batch []flushItem) error {
+// uploadAndCommit uploads one segment (waiting out store outages) and then,
+// once prev (the flush's segment before it, if any) is committed, commits
+// its pointers.
+func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes int64, obj []byte, batch []flushItem, prev *segJob) error {
 	defer e.uploadDone(segID)
 	if len(obj) > 0 {
 		failpoint.Hit("segment-before-upload")
@@ -326,6 +355,12 @@ func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes i
 			}
 		}
 		e.rd.Admit(obj, ptrs)
+	}
+	if prev != nil {
+		<-prev.done
+		if prev.err != nil {
+			return errEarlierSegment
+		}
 	}
 	if err := e.commitSegment(segID, frameBytes, int64(len(obj)), batch); err != nil {
 		return err
