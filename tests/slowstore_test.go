@@ -374,7 +374,13 @@ func TestSlowStoreBoundedMemory(t *testing.T) {
 		m.sum("ebbfs_store_requests_total", `op="put"`), m.sum("ebbfs_store_requests_total", `op="get"`)+m.sum("ebbfs_store_requests_total", `op="get_range"`),
 		m.sum("ebbfs_store_request_errors_total"), m.sum("ebbfs_barrier_failures_total"), m.sum("ebbfs_fuse_operation_errors_total"))
 	if n := m.sum("ebbfs_fuse_operation_errors_total"); n != 0 {
-		t.Errorf("%.0f FUSE requests failed on the slow store", n)
+		var by []string
+		for k, v := range m {
+			if strings.HasPrefix(k, "ebbfs_fuse_operation_errors_total{") && v != 0 {
+				by = append(by, fmt.Sprintf("%s %.0f", k, v))
+			}
+		}
+		t.Errorf("%.0f FUSE requests failed on the slow store: %v", n, by)
 	}
 	if hwm >= bound {
 		t.Errorf("writer peak RSS %.1f MiB is not below the documented bound %.0f MiB", float64(hwm)/mib, float64(bound)/mib)

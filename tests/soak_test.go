@@ -52,7 +52,7 @@ func (ph *soakPhase) dying() bool { return ph.killing.Load() || ph.p.exited() }
 
 // failed reports whether a worker should stop after err: quietly when the
 // writer is dying (a kill or a failpoint), with a test error otherwise.
-func (ph *soakPhase) failed(t *testing.T, what string, err error) bool {
+func (ph *soakPhase) failed(t testing.TB, what string, err error) bool {
 	if err == nil {
 		return false
 	}
@@ -68,7 +68,7 @@ func (ph *soakPhase) failed(t *testing.T, what string, err error) bool {
 
 // soakWorker changes the files of its own directory on the mount.
 type soakWorker struct {
-	t        *testing.T
+	t        testing.TB
 	e        *env
 	rel      string // its directory, relative to the mount
 	rng      *rand.Rand
@@ -361,7 +361,7 @@ func (w *soakWorker) check(strict bool, when string) {
 
 // soakNBD writes to an NBD export through qemu-io.
 type soakNBD struct {
-	t                             *testing.T
+	t                             testing.TB
 	e                             *env
 	name, uri, src                string
 	id                            uint64
@@ -589,13 +589,32 @@ func TestSoak(t *testing.T) {
 			}
 			e.mustEbbfs("flush")
 		} else {
-			// After the restart: everything acknowledged is there.
+			// After the restart: everything acknowledged is there. An
+			// armed failpoint may kill the writer in the middle of the
+			// check (reclamation starts at once): the check's failures
+			// then say nothing, and the next restart checks again.
 			when := fmt.Sprintf("after restart %d", restarts)
+			soft := &softTB{TB: t}
 			for _, w := range workers {
-				w.check(false, when)
+				w.t = soft
+				soft.run(func() { w.check(false, when) })
+				w.t = t
 			}
 			for _, n := range nbds {
-				n.check(false, when)
+				n.t = soft
+				soft.run(func() { n.check(false, when) })
+				n.t = t
+			}
+			if len(soft.errs) > 0 && armed != "" && waitExited(p, 10*time.Second) {
+				t.Logf("%s: the writer died at its failpoint during the check (%d reads failed); restarting", when, len(soft.errs))
+				fpCrashes++
+				soakDied(t, p, armed, &fpFired)
+				e.forceUnmount()
+				restarts++
+				continue
+			}
+			for _, msg := range soft.errs {
+				t.Error(msg)
 			}
 			if t.Failed() {
 				t.FailNow()
@@ -835,6 +854,44 @@ func TestSoak(t *testing.T) {
 	if stalls.Load()+srvKills.Load() == 0 {
 		t.Errorf("the store was neither stalled nor crashed in %v", dur)
 	}
+}
+
+// softTB collects a check's failures instead of reporting them; Fatal
+// ends the check (run recovers it).
+type softTB struct {
+	testing.TB
+	errs []string
+}
+
+type softFatal struct{}
+
+func (s *softTB) Helper()                   {}
+func (s *softTB) Error(a ...any)            { s.errs = append(s.errs, fmt.Sprint(a...)) }
+func (s *softTB) Errorf(f string, a ...any) { s.errs = append(s.errs, fmt.Sprintf(f, a...)) }
+func (s *softTB) Fatal(a ...any)            { s.Error(a...); panic(softFatal{}) }
+func (s *softTB) Fatalf(f string, a ...any) { s.Errorf(f, a...); panic(softFatal{}) }
+func (s *softTB) FailNow()                  { s.Error("FailNow"); panic(softFatal{}) }
+
+// run calls f, ending it quietly at a Fatal.
+func (s *softTB) run(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(softFatal); !ok {
+				panic(r)
+			}
+		}
+	}()
+	f()
+}
+
+// waitExited reports whether p exits within d.
+func waitExited(p *proc, d time.Duration) bool {
+	for deadline := time.Now().Add(d); !p.exited(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 // soakDied checks that a writer that exited by itself died at its armed
