@@ -69,8 +69,21 @@ func (c *cacheFS) free(t testing.TB) int64 {
 // succeeded.)
 func (c *cacheFS) fill(t testing.TB, name string) int64 { return c.fillLeaving(t, name, 0) }
 
+// fillFree takes what is free when it starts and no more: space the disk
+// cache gives back while it allocates is left free (fill would take that
+// too, and leave the cache nothing to give).
+func (c *cacheFS) fillFree(t testing.TB, name string) int64 {
+	return c.fillUpTo(t, name, 0, c.free(t))
+}
+
 // fillLeaving is fill that stops with about leave bytes still free.
 func (c *cacheFS) fillLeaving(t testing.TB, name string, leave int64) int64 {
+	return c.fillUpTo(t, name, leave, 1<<62)
+}
+
+// fillUpTo allocates a file of at most most bytes, stopping with about
+// leave bytes still free.
+func (c *cacheFS) fillUpTo(t testing.TB, name string, leave, most int64) int64 {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(c.dir, name), os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -78,11 +91,11 @@ func (c *cacheFS) fillLeaving(t testing.TB, name string, leave int64) int64 {
 	}
 	defer f.Close()
 	for chunk := int64(64 << 20); chunk >= 4096; {
-		if leave > 0 && c.free(t)-chunk < leave {
+		fi, _ := f.Stat()
+		if leave > 0 && c.free(t)-chunk < leave || fi.Size()+chunk > most {
 			chunk /= 2
 			continue
 		}
-		fi, _ := f.Stat()
 		err := unix.Fallocate(int(f.Fd()), 0, fi.Size(), chunk)
 		if err == nil {
 			continue
@@ -204,7 +217,7 @@ func TestCacheDiskFull(t *testing.T) {
 
 	// Something else takes all the free space: the cache gives way.
 	fillers := 1
-	taken := c.fill(t, "filler1")
+	taken := c.fillFree(t, "filler1")
 	d := waitUntil(t, 20*time.Second, "the disk cache giving space back", func() bool { return c.free(t) >= floor })
 	t.Logf("filler 1 took %.1f MiB; %v later %.1f MiB are free again (disk cache %.1f MiB)",
 		float64(taken)/mib, d.Round(time.Millisecond), float64(c.free(t))/mib, e.scrapeUnix().sum("ebbfs_cache_bytes", `level="disk"`)/mib)
