@@ -35,9 +35,11 @@ func reservedExtents(res []schema.ExtentSpan) uint64 {
 	return n
 }
 
-// reservedBlocks is the 512-byte blocks the reserved extents of n count.
-// Caller holds n.mu.
-func (n *inode) reservedBlocks() uint64 { return reservedExtents(n.res) * (n.es() / 512) }
+// reservedBlocks is the 512-byte blocks the reservations res of a file
+// with extent shift shift count.
+func reservedBlocks(res []schema.ExtentSpan, shift uint8) uint64 {
+	return reservedExtents(res) << shift / 512
+}
 
 // unreserve removes extents [from, to) from res and returns the result
 // (res itself may be modified).

@@ -574,7 +574,7 @@ func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
 			return Attr{}, err
 		}
 		a := attrOf(ino, r)
-		a.Blocks += reservedExtents(r.Reserved) * (uint64(1) << r.Shift() / 512)
+		a.Blocks += reservedBlocks(r.Reserved, r.Shift())
 		return a, nil
 	}
 	n.refs++
@@ -588,7 +588,7 @@ func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
 // attrNow is the attribute view callers see. Caller holds n.mu.
 func (n *inode) attrNow() Attr {
 	a := n.attr
-	a.Blocks += uint64(len(n.dirty))*(n.es()/512) + n.reservedBlocks()
+	a.Blocks += uint64(len(n.dirty))*(n.es()/512) + reservedBlocks(n.res, n.shift)
 	return a
 }
 
