@@ -92,9 +92,18 @@ type extentPointer struct {
 // extents [from, to) of ino in index order, read in one scan rather than a
 // lookup per extent.
 func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
+	masked := e.ranges.has(ino)
+	if to == from+1 {
+		// One extent (a small random read): a point lookup costs less
+		// than setting up an iterator.
+		p, ok, err := e.pointer(ino, from)
+		if err != nil || !ok || masked && e.ranges.dead(ino, from, p) {
+			return nil, err
+		}
+		return []extentPointer{{from, p}}, nil
+	}
 	lo, hi := schema.ExtentRange(ino, from, to)
 	var out []extentPointer
-	masked := e.ranges.has(ino)
 	err := e.scan(lo, hi, func(k, v []byte) error {
 		_, idx, err := schema.ParseExtentKey(k)
 		if err != nil {

@@ -123,8 +123,15 @@ func TestRepackRelocatesLiveFrames(t *testing.T) {
 	if v.objects()[out] >= srcSize {
 		t.Fatal("output not smaller than the source")
 	}
+	// What the engine had cached (the reads above) is cached at its new
+	// place: reading it again asks the store for nothing.
+	before := v.count.Snapshot()
 	if got := v.readAll(ino, 64); !bytes.Equal(got, want) {
 		t.Fatal("content changed by repack")
+	}
+	if after := v.count.Snapshot(); after.Get != before.Get || after.GetRange != before.GetRange {
+		t.Fatalf("reading the relocated frames took %d GETs and %d ranged GETs; they were cached before the repack",
+			after.Get-before.Get, after.GetRange-before.GetRange)
 	}
 	v.barrier()
 	v.consistent()

@@ -287,3 +287,65 @@ func TestReadRunFromDiskCache(t *testing.T) {
 		t.Fatalf("warm run: %v, %d disk reads, %d requests", err, len(reads), f.cs.total())
 	}
 }
+
+// TestRelocatedStaysCached: frames that repack copies into a new segment
+// are found in the caches at their new pointers when they were cached at
+// their old ones, with no request to the store; frames that were not
+// cached stay uncached.
+func TestRelocatedStaysCached(t *testing.T) {
+	f := newFixture(t, 8)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
+	// Frames 0-3 cached in memory and on disk; 4-7 never read.
+	if _, err := r.ReadRun(ctx, f.ids[:4], f.ps[:4]); err != nil {
+		t.Fatal(err)
+	}
+	r.disk.sync()
+	encoded, err := r.ReadEncoded(ctx, f.ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The repack output: every frame, in reverse order, so that no new
+	// pointer equals an old one.
+	const out = 0x0000000300000001
+	b := NewBuilder(f.k, out, CodecNone)
+	moves := make([]Move, 0, len(f.ps))
+	for i := len(f.ps) - 1; i >= 0; i-- {
+		np := b.AddEncoded(f.ids[i], encoded[i], f.ps[i].PlainLen)
+		moves = append(moves, Move{Ino: f.ids[i].Ino, Extent: f.ids[i].Extent, Old: f.ps[i], New: np})
+	}
+	obj := b.Finish()
+	r.Relocated(obj, moves)
+	r.disk.sync()
+	newPtr := func(i int) Pointer { return moves[len(moves)-1-i].New }
+
+	// The output is not in the store: a cached frame must not need it.
+	f.cs.reset()
+	for i := range 4 {
+		got, err := r.Read(ctx, f.ids[i], newPtr(i))
+		if err != nil || !bytes.Equal(got, f.plains[i]) {
+			t.Fatalf("frame %d at its new place: %v", i, err)
+		}
+	}
+	if f.cs.total() != 0 {
+		t.Fatalf("%d requests for frames cached before the repack", f.cs.total())
+	}
+	// From the disk cache alone (a new memory cache).
+	r.mu.Lock()
+	r.mu.mem = newMemCache(1 << 20)
+	r.mu.Unlock()
+	before := r.Stats()
+	for i := range 4 {
+		got, err := r.Read(ctx, f.ids[i], newPtr(i))
+		if err != nil || !bytes.Equal(got, f.plains[i]) {
+			t.Fatalf("frame %d from the disk cache at its new place: %v", i, err)
+		}
+	}
+	if hits := r.Stats().DiskHits - before.DiskHits; hits != 4 || f.cs.total() != 0 {
+		t.Fatalf("%d disk hits and %d requests, want 4 and 0", hits, f.cs.total())
+	}
+	// Frames that were not cached are not admitted at their new place.
+	if _, err := r.Read(ctx, f.ids[6], newPtr(6)); err == nil {
+		t.Fatal("a frame that was not cached was read from its new place without the store")
+	}
+}

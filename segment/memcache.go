@@ -127,6 +127,30 @@ func (c *memCache) drop(seg uint64, off uint32) {
 	}
 }
 
+// rename moves the frame at (seg, off) to (nseg, noff), where repack has
+// copied it; it stays in its run. Nothing happens if the frame is not
+// cached or the new place is taken.
+func (c *memCache) rename(seg uint64, off uint32, nseg uint64, noff uint32) {
+	e, ok := c.m[seg][off]
+	if !ok {
+		return
+	}
+	if _, taken := c.m[nseg][noff]; taken {
+		return
+	}
+	delete(c.m[seg], off)
+	if len(c.m[seg]) == 0 {
+		delete(c.m, seg)
+	}
+	e.seg, e.off = nseg, noff
+	sm := c.m[nseg]
+	if sm == nil {
+		sm = map[uint32]*memEntry{}
+		c.m[nseg] = sm
+	}
+	sm[noff] = e
+}
+
 // forget drops every run holding a frame of seg.
 func (c *memCache) forget(seg uint64) {
 	for _, e := range c.m[seg] { // remove deletes a run's entries: none comes up twice

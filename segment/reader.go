@@ -161,6 +161,42 @@ func (r *Reader) Admit(obj []byte, ps []Pointer) {
 	}
 }
 
+// Relocated carries the cache entries of frames that repack copied into
+// obj (the whole object, as uploaded) over to their new places, moves:
+// a frame the memory cache held is found at its New pointer from now on,
+// and one the disk cache held is admitted there. Frames neither cache
+// held stay uncached: repack moves cold data too, which should not push
+// out what is being read. Without this, a repack made cached data
+// uncached: reads of it went back to the store (and hung while the store
+// was away). The cache keeps obj until the frames are written; the caller
+// must not change it.
+func (r *Reader) Relocated(obj []byte, moves []Move) {
+	r.mu.Lock()
+	if r.mu.mem != nil {
+		for _, m := range moves {
+			r.mu.mem.rename(m.Old.Segment, m.Old.Offset, m.New.Segment, m.New.Offset)
+		}
+	}
+	r.mu.Unlock()
+	if r.disk == nil || len(moves) == 0 {
+		return
+	}
+	olds := make([]Pointer, len(moves))
+	idx := make([]int, len(moves))
+	for i, m := range moves {
+		olds[i], idx[i] = m.Old, i
+	}
+	have := r.disk.present(olds, idx)
+	if len(have) == 0 {
+		return
+	}
+	ps := make([]Pointer, len(have))
+	for j, i := range have {
+		ps[j] = moves[i].New
+	}
+	r.disk.admit(obj, ps)
+}
+
 // Remember puts the plaintext of a frame this process has just written
 // into the memory cache, so that the next partial write of the same
 // extent (a random overwrite) finds the rest of its bytes there instead of

@@ -59,6 +59,9 @@ type workload struct {
 	nbdOps int          // qemu-io runs that succeeded
 	ops    int          // file operations that succeeded
 	cached int          // reads of cached files and metadata operations that succeeded
+
+	cachedOp      string    // what the cached worker is doing now
+	cachedOpSince time.Time // since when
 }
 
 const (
@@ -185,6 +188,7 @@ func (w *workload) cachedWorker() {
 		w.pause(r)
 		if n%4 == 3 {
 			d := w.e.path(fmt.Sprintf("c-%d", n))
+			w.cachedDoing("metadata operations on " + d)
 			if err := w.metadataOps(d); err != nil {
 				w.errs.add("%v", err)
 				continue
@@ -195,6 +199,7 @@ func (w *workload) cachedWorker() {
 			w.mu.Lock()
 			want := w.files[name]
 			w.mu.Unlock()
+			w.cachedDoing("read of " + name)
 			got, err := os.ReadFile(w.e.path(name))
 			if err != nil || !bytes.Equal(got, want) {
 				w.errs.add("read cached %s: %v (%d bytes, want %d)", name, err, len(got), len(want))
@@ -203,8 +208,27 @@ func (w *workload) cachedWorker() {
 		}
 		w.mu.Lock()
 		w.cached++
+		w.cachedOp = ""
 		w.mu.Unlock()
 	}
+}
+
+// cachedDoing records the operation the cached worker starts.
+func (w *workload) cachedDoing(op string) {
+	w.mu.Lock()
+	w.cachedOp, w.cachedOpSince = op, time.Now()
+	w.mu.Unlock()
+}
+
+// cachedStuck says what the cached worker has been doing, and for how
+// long, if it is in an operation.
+func (w *workload) cachedStuck() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cachedOp == "" {
+		return "between operations"
+	}
+	return fmt.Sprintf("in the %s for %s", w.cachedOp, time.Since(w.cachedOpSince).Round(time.Millisecond))
 }
 
 // metadataOps makes directory d under a temporary name, renames it into

@@ -120,6 +120,11 @@ func testStoreOutage(t *testing.T, kind string) {
 		time.Sleep(time.Second)
 	}
 	opsDuring, cachedDuring := w.opCount()-opsBefore, w.cachedCount()-cachedBefore
+	var stuck string
+	if cachedDuring < 20 {
+		// Taken before the store comes back, while it still waits.
+		stuck = w.cachedStuck() + "; the writer's goroutines:\n" + e.goroutines()
+	}
 	backAt := time.Now()
 	back()
 	ended := time.Now()
@@ -143,7 +148,7 @@ func testStoreOutage(t *testing.T, kind string) {
 		t.Logf("%s: ebbfs_store_unreachable_seconds = %.1f %s into the outage", kind, unreachable, sawMetric.Round(time.Second))
 	}
 	if cachedDuring < 20 {
-		t.Errorf("only %d reads of cached files and metadata operations completed during the outage; they must keep working", cachedDuring)
+		t.Errorf("only %d reads of cached files and metadata operations completed during the outage; they must keep working. The worker is %s", cachedDuring, stuck)
 	}
 
 	dr := waitDuring()

@@ -196,6 +196,23 @@ func TestReplicaChurn(t *testing.T) {
 	w := e.mount()
 	r := e.sameStore()
 	rp := r.mount("--read-only")
+	// The churn starts once the replica's reader checkpoint pins a
+	// manifest: until then the writer keeps nothing for it beyond the
+	// 60 s floor, 0.3 s here, and the bytes past a shrink that the
+	// replica's first catch-up keeps (fs/shrink.go) could be deleted
+	// before the kernel asks for them (as in production a replica whose
+	// checkpoint lapsed for a minute would see).
+	waitUntil(t, time.Minute, "the replica's reader checkpoint pins a manifest", func() bool {
+		writeFile(t, e.path("pin"), []byte("pin"))
+		e.mustEbbfs("flush")
+		for _, c := range e.readerCheckpoints() {
+			if c.ManifestSeq > 0 {
+				return true
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+		return false
+	})
 
 	var stats verifyStats
 	var readerStop atomic.Bool

@@ -362,11 +362,7 @@ type metrics map[string]float64
 func (e *env) scrapeUnix() metrics {
 	e.t.Helper()
 	sock := filepath.Join(e.cache, "admin.sock")
-	cli := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}, Timeout: 30 * time.Second}
-	resp, err := cli.Get("http://ebbfs/metrics")
+	resp, err := e.adminClient().Get("http://ebbfs/metrics")
 	if err != nil {
 		e.t.Fatalf("scrape %s: %v", sock, err)
 	}
@@ -394,6 +390,30 @@ func (e *env) scrapeUnix() metrics {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return m
+}
+
+// adminClient talks to the writer's admin socket.
+func (e *env) adminClient() *http.Client {
+	sock := filepath.Join(e.cache, "admin.sock")
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}, Timeout: 30 * time.Second}
+}
+
+// goroutines is the writer's goroutine dump, for diagnosing a stall, or
+// why there is none.
+func (e *env) goroutines() string {
+	resp, err := e.adminClient().Get("http://ebbfs/debug/pprof/goroutine?debug=2")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
 }
 
 // sum adds the series of name whose labels include every k="v" given.
