@@ -305,10 +305,15 @@ func crashSpaceOf(t testing.TB, e *env) crashSpace {
 }
 
 // crashReclaimGarbage runs sweeps and cycles until the bytes under segments/
-// are near the live bytes: within 5 % plus 512 KiB (segment directories,
-// and dead frames a repack selection below 1 MiB leaves in place: DESIGN
-// section 7, no rewriting of tiny outputs), with no dead segment and no
-// tombstone left. Measured excess over the matrix: at most about 170 KiB.
+// are near the live bytes, with no dead segment and no tombstone left.
+// Near is what the repack rules leave in place (DESIGN section 7): a
+// segment less than min_dead_percent (10 %) dead is no candidate, and
+// candidates that together free less than 1 MiB and hold less than 1 MiB
+// live are not rewritten into another tiny segment; so within a ninth of
+// the live bytes plus 1 MiB (segment directories included). Measured
+// excess over the matrix: mostly below 170 KiB, once 955 KiB (929 KiB
+// of it dead frames in live segments, which the old bound of 5 % plus
+// 512 KiB failed).
 func crashReclaimGarbage(t *testing.T, e *env) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -317,7 +322,7 @@ func crashReclaimGarbage(t *testing.T, e *env) {
 		e.mustEbbfs("reclaim", "run")
 		got, objs := segmentBytes(t, e.store)
 		sp := crashSpaceOf(t, e)
-		slack := sp.LiveBytes/20 + 512<<10
+		slack := sp.LiveBytes/9 + 1<<20
 		if sp.TombstonesPending == 0 && sp.DeadBytes == 0 && got <= sp.LiveBytes+slack {
 			if got < sp.LiveBytes {
 				t.Errorf("segments/ holds %d bytes, less than the %d live bytes", got, sp.LiveBytes)
