@@ -103,7 +103,7 @@ func newCollector(p *process) *collector {
 	c.authFailures = d("ebbfs_frame_auth_failures_total", "Frames or segment directories that failed authentication or checks, by where they came from (store: reported as EIO; disk_cache: dropped and fetched again).", "source")
 
 	c.fuseOps = d("ebbfs_fuse_operations_total", "FUSE requests, by operation.", "op")
-	c.fuseErrors = d("ebbfs_fuse_operation_errors_total", "FUSE requests answered with an error (not ENOENT or ENODATA), by operation.", "op")
+	c.fuseErrors = d("ebbfs_fuse_operation_errors_total", "FUSE requests answered with an error (not ENOENT, ENODATA or EINTR), by operation.", "op")
 	c.fuseBytes = d("ebbfs_fuse_bytes_total", "Bytes read and written through FUSE, by operation (read, write, copy_file_range).", "op")
 	c.fuseDuration = d("ebbfs_fuse_operation_duration_seconds", "FUSE request latency, by operation.", "op")
 	c.nbdOps = d("ebbfs_nbd_operations_total", "NBD commands, by command (read, write, trim, write_zeroes, flush).", "op")

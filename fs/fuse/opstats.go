@@ -42,9 +42,12 @@ func newTimedFS(raw fuse.RawFileSystem, ops *stats.Ops) *timedFS {
 }
 
 // failed: an error other than "no such entry" (a negative lookup is an
-// answer) and "no such attribute".
+// answer), "no such attribute", and EINTR: a call the caller's signal
+// interrupted before it changed anything (interrupt.go), which the caller
+// retries or gives up on (a Go program's runtime signals interrupt its
+// writes that wait on the dirty limit, and Go retries them).
 func failed(s fuse.Status) bool {
-	return s != fuse.OK && s != fuse.ENOENT && s != fuse.ENOATTR
+	return s != fuse.OK && s != fuse.ENOENT && s != fuse.ENOATTR && s != fuse.EINTR
 }
 
 func (t *timedFS) Lookup(c <-chan struct{}, h *fuse.InHeader, name string, out *fuse.EntryOut) fuse.Status {
