@@ -224,11 +224,9 @@ func (n *Inode) Marshal() []byte {
 		b[0] = inodeVersion2
 		b = be.AppendUint16(b, uint16(len(n.Reserved)))
 	}
-	if len(n.Reserved) > 0 {
-		for _, r := range n.Reserved {
-			b = be.AppendUint64(b, r.From)
-			b = be.AppendUint64(b, r.To)
-		}
+	for _, r := range n.Reserved {
+		b = be.AppendUint64(b, r.From)
+		b = be.AppendUint64(b, r.To)
 	}
 	return b
 }
