@@ -55,6 +55,7 @@ type Local struct {
 	stripes [localLockStripes]sync.Mutex
 	// noXattr is set once the file system refuses user xattrs.
 	noXattr atomic.Bool
+	files   openFiles
 }
 
 var _ Store = (*Local)(nil)
@@ -234,6 +235,7 @@ func (l *Local) Put(ctx context.Context, key string, data []byte, opts PutOption
 		}
 		renamed = true
 	}
+	l.files.forget(key)
 	if err := fileutil.SyncDir(dir); err != nil {
 		return "", fmt.Errorf("put %s: %w", key, err)
 	}
@@ -378,6 +380,13 @@ func (l *Local) Get(ctx context.Context, key string) ([]byte, error) {
 
 // GetRange implements Store.
 func (l *Local) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
+	if cachedRead(key, length) {
+		buf := make([]byte, length)
+		if err := l.readSmall(ctx, key, off, buf); err != nil {
+			return nil, err
+		}
+		return buf, nil
+	}
 	f, err := l.openRange(ctx, key, off, length)
 	if err != nil {
 		return nil, err
@@ -394,6 +403,9 @@ var _ RangeReader = (*Local)(nil)
 
 // ReadRange implements RangeReader.
 func (l *Local) ReadRange(ctx context.Context, key string, off int64, dst []byte) error {
+	if cachedRead(key, int64(len(dst))) {
+		return l.readSmall(ctx, key, off, dst)
+	}
 	f, err := l.openRange(ctx, key, off, int64(len(dst)))
 	if err != nil {
 		return err
@@ -410,6 +422,35 @@ func (l *Local) ReadRange(ctx context.Context, key string, off int64, dst []byte
 // localRandomRead is the largest ReadRange the local store reads without
 // kernel read-ahead: a frame or two.
 const localRandomRead = 64 << 10
+
+// cachedRead reports whether a read of n bytes of key goes through the
+// open-files cache (openFiles).
+func cachedRead(key string, n int64) bool {
+	return n >= 0 && n <= localRandomRead && strings.HasPrefix(key, openFilesPrefix)
+}
+
+// readSmall reads dst at off of key through a file the open-files cache
+// keeps.
+func (l *Local) readSmall(ctx context.Context, key string, off int64, dst []byte) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("get %s: %w", key, err)
+	}
+	e, err := l.files.acquire(key, func() (*os.File, int64, error) {
+		f, fi, err := l.openObject("get", key)
+		if err != nil {
+			return nil, 0, err
+		}
+		return f, fi.Size(), nil
+	})
+	if err != nil {
+		return err
+	}
+	defer l.files.release(e)
+	if n := int64(len(dst)); off < 0 || off > e.size || n > e.size-off {
+		return fmt.Errorf("get %s: range [%d,+%d) outside object of %d bytes", key, off, n, e.size)
+	}
+	return readAt(e.f, key, dst, off)
+}
 
 // openRange opens key's file after checking that [off, off+length) lies
 // inside the object.
@@ -520,6 +561,9 @@ func (l *Local) remove(key string) (string, error) {
 		return "", fmt.Errorf("delete %s: %w", key, err)
 	}
 	defer unlock()
+	// Whether this removes the file or finds it gone, a file kept open
+	// for reads must not keep its space.
+	defer l.files.forget(key)
 	p := l.path(key)
 	fi, err := os.Lstat(p)
 	if err != nil {
