@@ -236,3 +236,41 @@ func TestSegmentsCommitInOrder(t *testing.T) {
 	}
 	f.fsck()
 }
+
+// TestRandomReadsReadOnlyTheirPieces: on a local store, small random
+// reads of a file of 32 KiB extents of incompressible data read the 4 KiB
+// pieces they need from the segments, not whole frames; a sequential read
+// still reads whole frames (and gets every byte right).
+func TestRandomReadsReadOnlyTheirPieces(t *testing.T) {
+	ctx := context.Background()
+	local, err := objstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := objstore.NewCounting(local)
+	f := newTestFSOn(t, store)
+	ino := f.create("db")
+	const size = 1 << 20
+	want := randBytes(3, size)
+	f.write(ino, want, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	reqs := store.CountsFor("segments/")
+	const reads = 64
+	for i := 0; i < reads; i++ {
+		off := int64(1+i*37%250)*4096 + int64(i%3)*1000 // some cross a piece
+		if got := f.read(ino, 4096, off); !bytes.Equal(got, want[off:off+4096]) {
+			t.Fatalf("random read at %d differs", off)
+		}
+	}
+	c := store.CountsFor("segments/").Sub(reqs)
+	if limit := int64(reads * 2 * (4096 + 40)); c.BytesDown > limit {
+		t.Fatalf("%d random 4 KiB reads fetched %d bytes of segments, more than two pieces each (%d)", reads, c.BytesDown, limit)
+	}
+	if got := f.read(ino, size, 0); !bytes.Equal(got, want) {
+		t.Fatal("sequential read differs")
+	}
+	f.fsck()
+}

@@ -191,7 +191,8 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 		p = p[:size-off]
 	}
 	end := off + int64(len(p))
-	if err := e.readRangeLocked(ctx, n, p, off, misses); err != nil {
+	random := n.seqEnd.Load() != off
+	if err := e.readRangeLocked(ctx, n, p, off, random, misses); err != nil {
 		return 0, err
 	}
 	if misses != nil && len(*misses) > 0 {
@@ -275,35 +276,61 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	wg.Wait()
 }
 
+// readPieces reads bytes [from, to) of extent idx, whose frame ptr has
+// pieces, and places them with place; with misses, a cache-only attempt
+// that did not find them records the extent there instead.
+func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Pointer, from, to int64,
+	place func(idx uint64, data []byte, base int64), misses *[]storeMiss) error {
+	if from >= to { // only the zeroes past the stored bytes
+		place(idx, nil, 0)
+		return nil
+	}
+	id := segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}
+	data, err := e.rd.ReadPart(ctx, id, ptr, int(from), int(to))
+	if misses != nil && missed(ctx, err) {
+		*misses = append(*misses, storeMiss{[]segment.FrameID{id}, []segment.Pointer{ptr}})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	place(idx, data, from)
+	return nil
+}
+
 // readRangeLocked fills p from off, fetching runs of committed extents that
 // sit next to each other in one segment with one request. With misses, the
 // runs a cache-only attempt did not find are appended to it instead.
-func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64, misses *[]storeMiss) error {
+func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64, random bool, misses *[]storeMiss) error {
 	es := int64(n.es())
 	first := uint64(off / es)
 	last := uint64((off + int64(len(p)) - 1) / es)
 	var runIdx []uint64
 	var runIDs []segment.FrameID
 	var runPtrs []segment.Pointer
-	place := func(idx uint64, data []byte) {
+	// placeFrom copies extent idx's part of [off, off+len(p)) into p from data,
+	// which holds the extent's bytes from base on (zeroes after it).
+	placeFrom := func(idx uint64, data []byte, base int64) {
 		start := int64(idx) * es
 		lo, hi := max(start, off), min(start+es, off+int64(len(p)))
 		dst := p[lo-off : hi-off]
 		var src []byte
-		if a := lo - start; a < int64(len(data)) {
-			src = data[a:min(int64(len(data)), hi-start)]
+		if a := lo - start - base; a < int64(len(data)) {
+			src = data[a:min(int64(len(data)), hi-start-base)]
 		}
 		k := copy(dst, src)
 		clear(dst[k:])
 	}
+	place := func(idx uint64, data []byte) { placeFrom(idx, data, 0) }
+	reset := func() { runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0] }
 	flush := func() error {
+		defer reset()
 		if len(runIdx) == 0 {
 			return nil
 		}
 		datas, err := e.rd.ReadRun(ctx, runIDs, runPtrs)
 		if misses != nil && missed(ctx, err) {
 			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
-			runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0]
 			return nil
 		}
 		if err != nil {
@@ -312,7 +339,6 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		for i, idx := range runIdx {
 			place(idx, datas[i])
 		}
-		runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0]
 		return nil
 	}
 	committed, err := e.pointersIn(n.ino, first, last+1)
@@ -336,6 +362,22 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 			continue
 		}
 		ptr := committed[0].p
+		if random && (idx == first || idx == last) {
+			// A random read covering only part of an extent reads only
+			// the pieces of its frame that it needs, if it has pieces.
+			start := int64(idx) * es
+			from := max(start, off) - start
+			to := min(start+es, off+int64(len(p)), start+int64(ptr.PlainLen)) - start
+			if ptr.IsPieced() && (from > 0 || to < int64(ptr.PlainLen)) {
+				if err := flush(); err != nil {
+					return err
+				}
+				if err := e.readPieces(ctx, n.ino, idx, ptr, from, to, placeFrom, misses); err != nil {
+					return err
+				}
+				continue
+			}
+		}
 		if k := len(runPtrs); k > 0 {
 			prev := runPtrs[k-1]
 			if prev.Segment != ptr.Segment || prev.End() != uint64(ptr.Offset) || k >= 64 {

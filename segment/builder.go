@@ -44,7 +44,7 @@ func (b *Builder) SegID() uint64 { return b.segID }
 // pointer. It panics if called after Finish or if the segment would grow
 // past MaxFrameBytes (both are caller bugs, not data errors).
 func (b *Builder) Add(id FrameID, plain []byte) Pointer {
-	b.check(len(plain) + FrameOverhead)
+	b.check(MaxFrameLen(len(plain)))
 	if len(plain) > MaxPlainLen {
 		panic(fmt.Sprintf("segment: Add of %d bytes, more than one extent", len(plain)))
 	}
@@ -56,7 +56,7 @@ func (b *Builder) Add(id FrameID, plain []byte) Pointer {
 // AddFrames encodes plains[i] as the frame for ids[i], appends the frames
 // in order and returns their pointers. Up to workers goroutines compress
 // and seal at once. Each frame is sealed in place, in a slot of the
-// largest size it can have (FrameOverhead + its plain length), and the
+// largest size it can have (MaxFrameLen of its plain length), and the
 // slots are then closed up; so frames of incompressible data are never
 // copied after sealing, and the buffer is sized once, with room for the
 // directory and footer that Finish adds. Same panics as Add.
@@ -70,7 +70,7 @@ func (b *Builder) AddFrames(ids []FrameID, plains [][]byte, workers int) []Point
 		if len(p) > MaxPlainLen {
 			panic(fmt.Sprintf("segment: Add of %d bytes, more than one extent", len(p)))
 		}
-		slots[i+1] = slots[i] + FrameOverhead + len(p)
+		slots[i+1] = slots[i] + MaxFrameLen(len(p))
 	}
 	b.check(slots[len(plains)])
 	tail := (len(b.entries)+len(plains))*DirEntrySize + keys.Overhead + FooterSize

@@ -55,14 +55,14 @@ func TestSegmentRoundTripBothCiphers(t *testing.T) {
 				if err != nil || !bytes.Equal(got, plains[i]) {
 					t.Fatalf("%s/%v: frame %d in place: %v", ci, c, i, err)
 				}
-				if err := VerifyFrame(k, e.ID(), frame); err != nil {
+				if err := VerifyFrame(k, e.ID(), frame, int(e.PlainLen)); err != nil {
 					t.Fatalf("%s/%v: verify frame %d: %v", ci, c, i, err)
 				}
 			}
 		}
 		raw := randomExtent(ExtentSize)
-		if n := len(EncodeFrame(nil, k, FrameID{Ino: 1}, raw, CodecLZ4)); n != len(raw)+FrameOverhead {
-			t.Fatalf("%s: raw frame of %d bytes, want %d", ci, n, len(raw)+FrameOverhead)
+		if n := len(EncodeFrame(nil, k, FrameID{Ino: 1}, raw, CodecLZ4)); n != PiecedLen(len(raw)) {
+			t.Fatalf("%s: raw frame of %d bytes, want %d (pieced)", ci, n, PiecedLen(len(raw)))
 		}
 	}
 }

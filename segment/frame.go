@@ -222,6 +222,9 @@ func grow(b []byte, n int) []byte {
 //
 //	nonce (24) || AEAD(codec byte || payload) || tag (16)
 //
+// An extent longer than PieceSize that is stored raw is sealed in pieces
+// instead (piece.go).
+//
 // The AEAD is the filesystem's cipher (keys.Keys.Cipher): XAES-256-GCM, or
 // XChaCha20-Poly1305 for format-1 filesystems and CPUs without AES
 // instructions; both have a 24-byte nonce and a 16-byte tag.
@@ -234,6 +237,10 @@ func EncodeFrame(dst []byte, k *keys.Keys, id FrameID, plain []byte, c Codec) []
 	// Build codec byte || payload in a pooled scratch buffer, then seal it.
 	sp := scratchPool.Get().(*[]byte)
 	scratch, ok := compress(append((*sp)[:0], byte(c)), plain, c)
+	if !ok && len(plain) > PieceSize {
+		scratchPool.Put(sp)
+		return sealPieces(dst, k, id, plain)
+	}
 	if !ok {
 		scratch = append(scratch[:1], plain...)
 		scratch[0] = byte(CodecNone)
@@ -268,7 +275,7 @@ func checkFrameLen(frame []byte, plainLen int) error {
 	if len(frame) < FrameOverhead {
 		return fmt.Errorf("frame: %d bytes, shorter than the %d-byte overhead: %w", len(frame), FrameOverhead, ErrCorrupt)
 	}
-	if len(frame) > plainLen+FrameOverhead {
+	if len(frame) > plainLen+FrameOverhead && !Pieced(len(frame), plainLen) {
 		return fmt.Errorf("frame: %d bytes, too long for %d plain bytes: %w", len(frame), plainLen, ErrCorrupt)
 	}
 	return nil
@@ -281,6 +288,13 @@ func checkFrameLen(frame []byte, plainLen int) error {
 func openFrameInPlace(k *keys.Keys, id FrameID, frame []byte, plainLen int) (plain []byte, inPlace bool, err error) {
 	if err := checkFrameLen(frame, plainLen); err != nil {
 		return nil, false, err
+	}
+	if Pieced(len(frame), plainLen) {
+		plain, err := openPiecesInPlace(k, id, plainLen, 0, frame)
+		if err != nil {
+			return nil, false, err
+		}
+		return plain[:plainLen:plainLen], true, nil
 	}
 	var ab [frameAADLen]byte
 	inner, err := k.Data.OpenTo(frame[keys.NonceSize:keys.NonceSize], frameAAD(&ab, k.UUID, id), frame)
@@ -303,6 +317,9 @@ func openFrameInPlace(k *keys.Keys, id FrameID, frame []byte, plainLen int) (pla
 func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
 	if err := checkFrameLen(frame, plainLen); err != nil {
 		return nil, err
+	}
+	if Pieced(len(frame), plainLen) {
+		return openPieces(grow(dst, plainLen), k, id, plainLen, 0, frame)
 	}
 	// Decrypt into a pooled scratch buffer and only then into dst (or a
 	// new slice of exactly plainLen bytes): codec byte and payload do not
@@ -357,8 +374,15 @@ func decodePayload(dst []byte, codec Codec, payload []byte, plainLen int) ([]byt
 	return nil, fmt.Errorf("frame: unknown codec %d: %w", uint8(codec), ErrCorrupt)
 }
 
-// VerifyFrame authenticates a frame for id without decompressing it.
-func VerifyFrame(k *keys.Keys, id FrameID, frame []byte) error {
+// VerifyFrame authenticates a frame of plainLen plain bytes for id without
+// decompressing it.
+func VerifyFrame(k *keys.Keys, id FrameID, frame []byte, plainLen int) error {
+	if Pieced(len(frame), plainLen) {
+		sp := scratchPool.Get().(*[]byte)
+		defer scratchPool.Put(sp)
+		_, err := openPieces((*sp)[:0], k, id, plainLen, 0, frame)
+		return err
+	}
 	if len(frame) < FrameOverhead {
 		return fmt.Errorf("frame: %d bytes, shorter than the %d-byte overhead: %w", len(frame), FrameOverhead, ErrCorrupt)
 	}

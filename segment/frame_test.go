@@ -30,7 +30,7 @@ func TestFrameRoundtripAllCodecs(t *testing.T) {
 				if !bytes.Equal(got, plain) {
 					t.Fatal("plaintext differs")
 				}
-				if len(f) > len(plain)+FrameOverhead {
+				if len(f) > MaxFrameLen(len(plain)) {
 					t.Fatalf("frame %d bytes for %d plain bytes", len(f), len(plain))
 				}
 				if err := (Pointer{Length: uint32(len(f)), PlainLen: uint32(len(plain))}).Validate(); err != nil {
@@ -41,9 +41,16 @@ func TestFrameRoundtripAllCodecs(t *testing.T) {
 	}
 }
 
-// innerCodec opens a frame and returns the codec byte it was stored with.
-func innerCodec(t *testing.T, k *keys.Keys, id FrameID, f []byte) (Codec, int) {
+// innerCodec opens a frame of plainLen bytes and returns the codec byte
+// it was stored with (a pieced frame: none) and its payload's length.
+func innerCodec(t *testing.T, k *keys.Keys, id FrameID, f []byte, plainLen int) (Codec, int) {
 	t.Helper()
+	if Pieced(len(f), plainLen) {
+		if _, err := DecodeFrame(k, id, f, plainLen); err != nil {
+			t.Fatal(err)
+		}
+		return CodecNone, plainLen
+	}
 	var ab [frameAADLen]byte
 	inner, err := k.Data.Open(frameAAD(&ab, k.UUID, id), f)
 	if err != nil {
@@ -59,21 +66,21 @@ func TestFrameCompressionChoice(t *testing.T) {
 	random := randomExtent(ExtentSize)
 	for _, c := range []Codec{CodecLZ4, CodecZstd} {
 		f := EncodeFrame(nil, k, id, text, c)
-		got, n := innerCodec(t, k, id, f)
+		got, n := innerCodec(t, k, id, f, len(text))
 		if got != c || n >= len(text)/2 {
 			t.Errorf("%v on text: stored as %v with %d payload bytes", c, got, n)
 		}
 		f = EncodeFrame(nil, k, id, random, c)
-		got, n = innerCodec(t, k, id, f)
+		got, n = innerCodec(t, k, id, f, len(random))
 		if got != CodecNone || n != len(random) {
 			t.Errorf("%v on random data: stored as %v with %d bytes, want raw", c, got, n)
 		}
-		if len(f) != len(random)+FrameOverhead {
-			t.Errorf("%v on random data: frame %d bytes, want %d", c, len(f), len(random)+FrameOverhead)
+		if len(f) != PiecedLen(len(random)) {
+			t.Errorf("%v on random data: frame %d bytes, want %d (pieced)", c, len(f), PiecedLen(len(random)))
 		}
 	}
 	f := EncodeFrame(nil, k, id, text, CodecNone)
-	if got, _ := innerCodec(t, k, id, f); got != CodecNone {
+	if got, _ := innerCodec(t, k, id, f, len(text)); got != CodecNone {
 		t.Errorf("CodecNone stored as %v", got)
 	}
 	// LZ4's early abort samples start, middle and end: an extent that
@@ -86,7 +93,7 @@ func TestFrameCompressionChoice(t *testing.T) {
 		"repeated 4KiB": bytes.Repeat(randomExtent(4096), 8),
 	} {
 		f := EncodeFrame(nil, k, id, p, CodecLZ4)
-		if got, n := innerCodec(t, k, id, f); got != CodecLZ4 || n >= len(p) {
+		if got, n := innerCodec(t, k, id, f, len(p)); got != CodecLZ4 || n >= len(p) {
 			t.Errorf("%s: stored as %v with %d of %d bytes, want LZ4", name, got, n, len(p))
 		}
 	}
@@ -94,7 +101,7 @@ func TestFrameCompressionChoice(t *testing.T) {
 	// is stored raw: the probe's price.
 	p := randomExtent(ExtentSize)
 	copy(p[5000:], bytes.Repeat([]byte{'x'}, 1024))
-	if got, _ := innerCodec(t, k, id, EncodeFrame(nil, k, id, p, CodecLZ4)); got != CodecNone {
+	if got, _ := innerCodec(t, k, id, EncodeFrame(nil, k, id, p, CodecLZ4), len(p)); got != CodecNone {
 		t.Errorf("mostly random extent stored as %v, want raw", got)
 	}
 }

@@ -137,6 +137,12 @@ func FuzzDecodeFrame(f *testing.F) {
 			f.Add(inner, len(p), true)
 		}
 	}
+	// Pieced frames: whole, and with a piece cut short.
+	for _, n := range []int{PieceSize + 1, 3 * PieceSize} {
+		fr := EncodeFrame(nil, k, id, randomExtent(n), CodecNone)
+		f.Add(fr, n, false)
+		f.Add(fr[:len(fr)-1], n, false)
+	}
 	f.Fuzz(func(t *testing.T, frame []byte, plainLen int, seal bool) {
 		if seal {
 			var ab [frameAADLen]byte
@@ -156,7 +162,7 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("%d bytes for plain length %d", len(out), plainLen)
 		}
 		if !seal {
-			if VerifyFrame(k, id, frame) != nil {
+			if VerifyFrame(k, id, frame, plainLen) != nil {
 				t.Fatal("DecodeFrame accepts what VerifyFrame refuses")
 			}
 		}

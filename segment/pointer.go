@@ -72,7 +72,7 @@ func (p Pointer) Validate() error {
 		return fmt.Errorf("pointer: frame [%d,+%d) ends past 4 GiB", p.Offset, p.Length)
 	case p.PlainLen > MaxPlainLen:
 		return fmt.Errorf("pointer: plain length %d above the maximum %d", p.PlainLen, MaxPlainLen)
-	case uint64(p.Length) > uint64(p.PlainLen)+FrameOverhead:
+	case uint64(p.Length) > uint64(p.PlainLen)+FrameOverhead && !p.IsPieced():
 		return fmt.Errorf("pointer: frame length %d larger than plain length %d allows", p.Length, p.PlainLen)
 	}
 	return nil

@@ -380,6 +380,81 @@ func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error
 	return r.accept(id, p, frame)
 }
 
+// ReadPart returns plaintext bytes [from, to) of the frame p points at
+// (0 <= from < to <= p.PlainLen), as Read would but reading less: a
+// pieced frame that the memory cache does not hold is read piece-wise,
+// only the pieces holding [from, to), from the disk cache when it holds
+// the frame, or from the store when there is no disk cache (a local
+// store, whose reads cost no request). Those pieces are not cached; a
+// frame to fetch from a store behind a disk cache is read whole and cached
+// as by Read, since that GET costs the same and its neighbours are likely
+// next. The result must not be modified.
+func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to int) ([]byte, error) {
+	if err := r.checkPointer(p); err != nil {
+		return nil, err
+	}
+	if from < 0 || to > int(p.PlainLen) || from >= to {
+		return nil, fmt.Errorf("segment %s: read [%d,%d) of a frame of %d bytes", Key(p.Segment), from, to, p.PlainLen)
+	}
+	whole := func() ([]byte, error) {
+		b, err := r.Read(ctx, id, p)
+		if err != nil {
+			return nil, err
+		}
+		return b[from:to:to], nil
+	}
+	if !p.IsPieced() {
+		return whole()
+	}
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return nil, errClosed
+	}
+	if r.mu.mem != nil {
+		if b, ok := r.mu.mem.get(p.Segment, p.Offset, id); ok {
+			r.mu.Unlock()
+			r.memHits.Add(1)
+			return b[from:to:to], nil
+		}
+	}
+	r.mu.Unlock()
+	first, a, b := pieceSpan(int(p.PlainLen), from, to)
+	skip := from - first*PieceSize
+	if r.disk != nil {
+		if len(r.disk.present([]Pointer{p}, []int{0})) == 0 {
+			return whole()
+		}
+		span, err := r.disk.readSpan(p.Segment, int64(p.Offset)+int64(a), b-a)
+		if err == nil && len(span) != b-a {
+			err = fmt.Errorf("%d bytes, want %d", len(span), b-a)
+		}
+		if err == nil {
+			var plain []byte
+			plain, err = openPiecesInPlace(r.k, id, int(p.PlainLen), first, span)
+			if err == nil {
+				r.diskHits.Add(1)
+				return plain[skip : skip+to-from : skip+to-from], nil
+			}
+			r.diskCorrupt.Add(1)
+		}
+		if !errors.Is(err, errNotCached) {
+			r.disk.drop(p, "piece read: "+err.Error())
+		}
+		return whole()
+	}
+	span, err := r.getRange(ctx, Key(p.Segment), int64(p.Offset)+int64(a), int64(b-a))
+	if err != nil {
+		return nil, err
+	}
+	plain, err := openPiecesInPlace(r.k, id, int(p.PlainLen), first, span)
+	if err != nil {
+		return nil, r.reportCorrupt(p, "", err)
+	}
+	r.misses.Add(1)
+	return plain[skip : skip+to-from : skip+to-from], nil
+}
+
 // fetchShared GETs one frame; concurrent callers for the same frame share
 // one request. A waiter whose context ends stops waiting; the request goes
 // on for the others.
@@ -679,7 +754,7 @@ func (r *Reader) ReadEncodedVerified(ctx context.Context, ids []FrameID, ps []Po
 		return nil, err
 	}
 	for i, f := range out {
-		if err := VerifyFrame(r.k, ids[i], f); err != nil {
+		if err := VerifyFrame(r.k, ids[i], f, int(ps[i].PlainLen)); err != nil {
 			return nil, r.reportCorrupt(ps[i], "", err)
 		}
 	}

@@ -1,0 +1,234 @@
+package segment
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"ebbfs.dev/ebbfs/objstore"
+)
+
+// A raw extent longer than a piece is sealed in pieces: whole-frame reads
+// (copying, in place, verify) give it back, any range of pieces opens on
+// its own, and a changed, moved, truncated or foreign piece does not.
+func TestPiecedFrames(t *testing.T) {
+	for _, ci := range bothCiphers {
+		k := cipherKeys(t, ci)
+		id := FrameID{Ino: 9, Extent: 4, Gen: 11}
+		for _, n := range []int{PieceSize + 1, 2 * PieceSize, 12345, MaxPlainLen} {
+			t.Run(fmt.Sprintf("%s/%d", ci, n), func(t *testing.T) {
+				plain := randomExtent(n)
+				f := EncodeFrame(nil, k, id, plain, CodecLZ4)
+				if !Pieced(len(f), n) || len(f) != PiecedLen(n) {
+					t.Fatalf("frame of %d bytes for %d: not pieced", len(f), n)
+				}
+				if err := (Pointer{Length: uint32(len(f)), PlainLen: uint32(n)}).Validate(); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := DecodeFrame(k, id, f, n); err != nil || !bytes.Equal(got, plain) {
+					t.Fatalf("DecodeFrame: %v", err)
+				}
+				if got, inPlace, err := openFrameInPlace(k, id, bytes.Clone(f), n); err != nil || !inPlace || !bytes.Equal(got, plain) || cap(got) != n {
+					t.Fatalf("openFrameInPlace: %v (in place %v, cap %d)", err, inPlace, cap(got))
+				}
+				if err := VerifyFrame(k, id, f, n); err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range [][2]int{{0, 1}, {1, PieceSize}, {PieceSize - 1, PieceSize + 1}, {n - 1, n}, {PieceSize, n}, {0, n}} {
+					first, a, b := pieceSpan(n, r[0], r[1])
+					want := plain[first*PieceSize : min(n, (first+(b-a+PieceSize+pieceOverhead-1)/(PieceSize+pieceOverhead))*PieceSize)]
+					got, err := openPieces(nil, k, id, n, first, f[a:b])
+					if err != nil || !bytes.Equal(got, want) {
+						t.Fatalf("pieces of [%d,%d): %v", r[0], r[1], err)
+					}
+					got, err = openPiecesInPlace(k, id, n, first, bytes.Clone(f[a:b]))
+					if err != nil || !bytes.Equal(got, want) {
+						t.Fatalf("pieces of [%d,%d) in place: %v", r[0], r[1], err)
+					}
+					if r[0] < first*PieceSize || r[1] > first*PieceSize+len(got) {
+						t.Fatalf("pieces [%d,+%d) do not hold [%d,%d)", first*PieceSize, len(got), r[0], r[1])
+					}
+				}
+				bad := func(what string, frame []byte, id FrameID) {
+					t.Helper()
+					if _, err := DecodeFrame(k, id, frame, n); !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("%s: DecodeFrame %v, want ErrCorrupt", what, err)
+					}
+					if err := VerifyFrame(k, id, frame, n); !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("%s: VerifyFrame %v, want ErrCorrupt", what, err)
+					}
+				}
+				last := pieceCount(n) - 1
+				for _, i := range []int{0, len(f) / 2, len(f) - 1} {
+					g := bytes.Clone(f)
+					g[i] ^= 4
+					bad(fmt.Sprintf("byte %d flipped", i), g, id)
+				}
+				bad("another frame id", f, FrameID{Ino: 9, Extent: 5, Gen: 11})
+				bad("another generation", f, FrameID{Ino: 9, Extent: 4, Gen: 12})
+				// The second piece opened as the first, and the last alone
+				// as if it were the first of its frame.
+				_, a, b := pieceSpan(n, PieceSize, PieceSize+1)
+				if _, err := openPieces(nil, k, id, n, 0, f[a:b]); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("piece 1 opened as piece 0: %v", err)
+				}
+				_, a, _ = pieceSpan(n, last*PieceSize, n)
+				if _, err := openPieces(nil, k, id, n, last-1, f[a:]); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("last piece opened in another place: %v", err)
+				}
+				// A span that does not end at a piece's end.
+				if _, err := openPieces(nil, k, id, n, 0, f[:PieceSize+pieceOverhead+10]); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("span cut inside a piece: %v", err)
+				}
+				// Two whole pieces swapped.
+				if n >= 2*PieceSize+1 {
+					g := bytes.Clone(f)
+					w := PieceSize + pieceOverhead
+					copy(g[:w], f[w:2*w])
+					copy(g[w:2*w], f[:w])
+					bad("pieces swapped", g, id)
+				}
+			})
+		}
+	}
+	// What stays whole: a raw extent of one piece or less, and a
+	// compressed one.
+	k := testKeys(t)
+	id := FrameID{Ino: 1}
+	if f := EncodeFrame(nil, k, id, randomExtent(PieceSize), CodecNone); len(f) != PieceSize+FrameOverhead {
+		t.Fatalf("raw 4 KiB extent: frame of %d bytes", len(f))
+	}
+	if f := EncodeFrame(nil, k, id, textExtent(1, MaxPlainLen), CodecLZ4); len(f) >= MaxPlainLen {
+		t.Fatalf("compressible extent: frame of %d bytes", len(f))
+	}
+}
+
+// The frame length tells the two kinds apart: a pointer is valid with a
+// whole frame's length (up to plain + 41) or exactly a pieced one's.
+func TestPointerFrameLengths(t *testing.T) {
+	for _, plain := range []int{PieceSize, PieceSize + 1, 8192, MaxPlainLen} {
+		pieced := PiecedLen(plain)
+		for length := plain; length <= pieced+1; length++ {
+			err := (Pointer{Length: uint32(length), PlainLen: uint32(plain)}).Validate()
+			want := length <= plain+FrameOverhead || (plain > PieceSize && length == pieced)
+			if (err == nil) != want {
+				t.Fatalf("plain %d, frame %d: valid %v, want %v (%v)", plain, length, err == nil, want, err)
+			}
+		}
+	}
+}
+
+// ReadPart reads only the pieces it needs: from the store when there is
+// no disk cache, from the disk cache when it holds the frame (no store
+// request), and a whole frame where that is the better read.
+func TestReadPartReadsOnlyItsPieces(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 4) // odd frames are random: pieced
+	i := 1
+	p, plain := f.ps[i], f.plains[i]
+	if !p.IsPieced() {
+		t.Fatalf("frame %d is not pieced: %+v", i, p)
+	}
+	from, to := 5000, 9000 // pieces 1 and 2
+	r := f.reader(t, ReaderOptions{})
+	got, err := r.ReadPart(ctx, f.ids[i], p, from, to)
+	if err != nil || !bytes.Equal(got, plain[from:to]) {
+		t.Fatalf("ReadPart: %v", err)
+	}
+	if g := f.cs.count("getrange"); g != 1 || f.ranges0() != [2]int64{int64(p.Offset) + PieceSize + pieceOverhead, 2 * (PieceSize + pieceOverhead)} {
+		t.Fatalf("%d GETs, first %v: want one of pieces 1-2", g, f.ranges0())
+	}
+	// Not cached: the next part is read again; after a whole read, none.
+	if _, err := r.ReadPart(ctx, f.ids[i], p, 0, 10); err != nil || f.cs.count("getrange") != 2 {
+		t.Fatalf("second ReadPart: %v, %d GETs", err, f.cs.count("getrange"))
+	}
+	f.readAll(t, r, i)
+	f.cs.reset()
+	if got, err := r.ReadPart(ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) || f.cs.total() != 0 {
+		t.Fatalf("ReadPart of a cached frame: %v, %d requests", err, f.cs.total())
+	}
+	// A whole frame (not pieced) is read whole.
+	f.cs.reset()
+	if got, err := r.ReadPart(ctx, f.ids[0], f.ps[0], 100, 200); err != nil || !bytes.Equal(got, f.plains[0][100:200]) {
+		t.Fatalf("ReadPart of a whole frame: %v", err)
+	}
+	if f.ranges0()[1] != int64(f.ps[0].Length) {
+		t.Fatalf("whole frame read as %v", f.ranges0())
+	}
+	// Wrong ranges are refused.
+	for _, rg := range [][2]int{{-1, 5}, {5, 5}, {0, int(p.PlainLen) + 1}} {
+		if _, err := r.ReadPart(ctx, f.ids[i], p, rg[0], rg[1]); err == nil {
+			t.Fatalf("ReadPart [%d,%d) succeeded", rg[0], rg[1])
+		}
+	}
+
+	// Behind a disk cache: a frame it lacks is fetched whole and cached.
+	dir := t.TempDir()
+	f.cs.reset()
+	rd := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
+	if got, err := rd.ReadPart(ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) {
+		t.Fatalf("ReadPart behind a disk cache: %v", err)
+	}
+	if f.ranges0()[1] != int64(p.Length) {
+		t.Fatalf("a frame missing from the disk cache read as %v, want whole", f.ranges0())
+	}
+	rd.disk.sync()
+	rd.Close()
+	// The next reader finds it there and reads its pieces from the disk.
+	f.cs.reset()
+	rd = f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
+	for _, rg := range [][2]int{{from, to}, {0, 1}, {int(p.PlainLen) - 3, int(p.PlainLen)}} {
+		if got, err := rd.ReadPart(ctx, f.ids[i], p, rg[0], rg[1]); err != nil || !bytes.Equal(got, plain[rg[0]:rg[1]]) {
+			t.Fatalf("ReadPart [%d,%d) from the disk cache: %v", rg[0], rg[1], err)
+		}
+	}
+	if st := rd.Stats(); f.cs.total() != 0 || st.DiskHits != 3 {
+		t.Fatalf("disk-cached pieces: %d store requests, %+v", f.cs.total(), st)
+	}
+	// A damaged piece there is dropped and the frame fetched again.
+	rd.Close()
+	path := filepath.Join(dir, "17", fmt.Sprintf("%016x", f.segID))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[int(p.Offset)+PieceSize+pieceOverhead+100] ^= 1
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rd = f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
+	if got, err := rd.ReadPart(ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) {
+		t.Fatalf("ReadPart over a damaged disk-cache piece: %v", err)
+	}
+	if st := rd.Stats(); st.DiskCorrupt != 1 || f.cs.count("getrange") != 1 || st.Corrupt != 0 {
+		t.Fatalf("damaged piece: %d GETs, %+v", f.cs.count("getrange"), st)
+	}
+}
+
+// A damaged piece in the store is corruption, reported as such.
+func TestReadPartStoreCorruption(t *testing.T) {
+	f := newFixture(t, 2)
+	p := f.ps[1]
+	obj, err := f.cs.Store.Get(context.Background(), Key(f.segID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj[int(p.Offset)+10] ^= 1 // inside piece 0
+	if _, err := f.cs.Store.Put(context.Background(), Key(f.segID), obj, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.reader(t, ReaderOptions{})
+	if _, err := r.ReadPart(context.Background(), f.ids[1], p, 0, 100); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged piece 0: %v, want ErrCorrupt", err)
+	}
+	if got, err := r.ReadPart(context.Background(), f.ids[1], p, PieceSize, PieceSize+100); err != nil || !bytes.Equal(got, f.plains[1][PieceSize:PieceSize+100]) {
+		t.Fatalf("undamaged piece 1: %v", err)
+	}
+	if r.Stats().Corrupt != 1 {
+		t.Fatalf("stats %+v", r.Stats())
+	}
+}
