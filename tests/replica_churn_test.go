@@ -254,8 +254,20 @@ func TestReplicaChurn(t *testing.T) {
 		c.next++
 		writeFile(t, e.path(marker), data)
 		fsyncFile(t, e.path(marker))
-		d := waitUntil(t, 30*time.Second, what+": the new writer's file on the replica", func() bool { return fileIs(r.path(marker), data) })
-		t.Logf("%s: the replica shows the new writer's change after %v", what, d.Round(time.Millisecond))
+		start := time.Now()
+		for !fileIs(r.path(marker), data) {
+			if time.Since(start) > 30*time.Second {
+				// Say whether the replica applied the change and cannot
+				// read it, or never applied it.
+				_, serr := os.Stat(r.path(marker))
+				got, rerr := os.ReadFile(r.path(marker))
+				_, wserr := os.Stat(e.path(marker))
+				t.Fatalf("%s: the new writer's file %s not on the replica within 30s: replica stat %v, read %d bytes (want %d) %v; on the writer: stat %v; replica status %+v\nreplica log:\n%s",
+					what, marker, serr, len(got), len(data), rerr, wserr, r.replicaStatus(), tail(rp.out.String(), 60))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("%s: the replica shows the new writer's change after %v", what, time.Since(start).Round(time.Millisecond))
 	}
 
 	start := time.Now()
