@@ -274,3 +274,28 @@ func TestRandomReadsReadOnlyTheirPieces(t *testing.T) {
 	}
 	f.fsck()
 }
+
+// TestColdReadAcrossExtentsOneGet: behind a remote store, a random read of
+// several extents that no cache holds is fetched with one GET of their
+// run, not one GET per extent for the pieces of the partly covered ones.
+func TestColdReadAcrossExtentsOneGet(t *testing.T) {
+	ctx := context.Background()
+	store := objstore.NewCounting(objstore.NewMem())
+	f := newTestFSOn(t, store)
+	ino := f.create("img")
+	const es = 32 << 10
+	want := randBytes(9, 8*es)
+	f.write(ino, want, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	before := store.CountsFor("segments/")
+	off, n := int64(2*es+1000), 2*es+500 // three extents, the outer two in part
+	if got := f.read(ino, n, off); !bytes.Equal(got, want[off:off+int64(n)]) {
+		t.Fatal("read differs")
+	}
+	if c := store.CountsFor("segments/").Sub(before); c.GetRange != 1 {
+		t.Fatalf("a cold read of three adjacent extents made %d GETs (%d bytes), want 1", c.GetRange, c.BytesDown)
+	}
+}

@@ -362,9 +362,11 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 			continue
 		}
 		ptr := committed[0].p
-		if random && (idx == first || idx == last) {
+		if random && (idx == first || idx == last) && (first == last || objstore.IsLocal(e.opts.Store)) {
 			// A random read covering only part of an extent reads only
 			// the pieces of its frame that it needs, if it has pieces.
+			// (Behind a remote store, a read of several extents is left
+			// to one GET of their run when they are not cached.)
 			start := int64(idx) * es
 			from := max(start, off) - start
 			to := min(start+es, off+int64(len(p)), start+int64(ptr.PlainLen)) - start

@@ -50,8 +50,9 @@ const (
 )
 
 // acquire returns key's open file with a reference taken, opening it with
-// open when the cache has none that is fresh. It returns nil (and open is
-// not called) when key is not cached here.
+// open when the cache has none that is fresh. A file opened while this
+// process replaced or deleted any kept object (a forget ran) is returned
+// for this read only, not kept: it may be the old object's.
 func (c *openFiles) acquire(key string, open func() (*os.File, int64, error)) (*openFile, error) {
 	c.mu.Lock()
 	if e := c.m[key]; e != nil && time.Since(e.opened) < openFilesTTL {

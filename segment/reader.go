@@ -385,7 +385,8 @@ func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error
 // pieced frame that the memory cache does not hold is read piece-wise,
 // only the pieces holding [from, to), from the disk cache when it holds
 // the frame, or from the store when there is no disk cache (a local
-// store, whose reads cost no request). Those pieces are not cached; a
+// store, whose reads cost no request, or a cache turned off). Those
+// pieces are not cached; a
 // frame to fetch from a store behind a disk cache is read whole and cached
 // as by Read, since that GET costs the same and its neighbours are likely
 // next. The result must not be modified.
@@ -401,7 +402,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		if err != nil {
 			return nil, err
 		}
-		return b[from:to:to], nil
+		return part(b, from, to), nil
 	}
 	if !p.IsPieced() {
 		return whole()
@@ -415,7 +416,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		if b, ok := r.mu.mem.get(p.Segment, p.Offset, id); ok {
 			r.mu.Unlock()
 			r.memHits.Add(1)
-			return b[from:to:to], nil
+			return part(b, from, to), nil
 		}
 	}
 	r.mu.Unlock()
@@ -453,6 +454,15 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 	}
 	r.misses.Add(1)
 	return plain[skip : skip+to-from : skip+to-from], nil
+}
+
+// part returns b[from:to], cut short where b is (callers read the rest as
+// zeroes; a plaintext is always PlainLen long, but a slice bound does not
+// get to panic on it).
+func part(b []byte, from, to int) []byte {
+	to = min(to, len(b))
+	from = min(from, to)
+	return b[from:to:to]
 }
 
 // fetchShared GETs one frame; concurrent callers for the same frame share
