@@ -12,7 +12,7 @@ import (
 // cipherKeys returns fresh keys sealing with c.
 func cipherKeys(tb testing.TB, c keys.Cipher) *keys.Keys {
 	tb.Helper()
-	k := &keys.Keys{Cipher: c}
+	k := &keys.Keys{Cipher: c, Pieced: true}
 	rand.Read(k.UUID[:])
 	raw := make([]byte, 32)
 	rand.Read(raw)

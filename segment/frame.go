@@ -222,8 +222,8 @@ func grow(b []byte, n int) []byte {
 //
 //	nonce (24) || AEAD(codec byte || payload) || tag (16)
 //
-// An extent longer than PieceSize that is stored raw is sealed in pieces
-// instead (piece.go).
+// In a format-3 filesystem (k.Pieced), an extent longer than PieceSize
+// that is stored raw is sealed in pieces instead (piece.go).
 //
 // The AEAD is the filesystem's cipher (keys.Keys.Cipher): XAES-256-GCM, or
 // XChaCha20-Poly1305 for format-1 filesystems and CPUs without AES
@@ -237,7 +237,7 @@ func EncodeFrame(dst []byte, k *keys.Keys, id FrameID, plain []byte, c Codec) []
 	// Build codec byte || payload in a pooled scratch buffer, then seal it.
 	sp := scratchPool.Get().(*[]byte)
 	scratch, ok := compress(append((*sp)[:0], byte(c)), plain, c)
-	if !ok && len(plain) > PieceSize {
+	if !ok && len(plain) > PieceSize && k.Pieced {
 		scratchPool.Put(sp)
 		return sealPieces(dst, k, id, plain)
 	}

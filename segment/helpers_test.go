@@ -17,7 +17,7 @@ import (
 // testKeys returns fresh keys without running the KDF.
 func testKeys(tb testing.TB) *keys.Keys {
 	tb.Helper()
-	k := &keys.Keys{}
+	k := &keys.Keys{Pieced: true}
 	rand.Read(k.UUID[:])
 	raw := make([]byte, 32)
 	rand.Read(raw)
@@ -31,7 +31,7 @@ func testKeys(tb testing.TB) *keys.Keys {
 
 // fixedKeys returns deterministic keys (fuzz seeds).
 func fixedKeys() *keys.Keys {
-	k := &keys.Keys{}
+	k := &keys.Keys{Pieced: true}
 	for i := range k.UUID {
 		k.UUID[i] = byte(i)
 	}

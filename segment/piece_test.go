@@ -105,6 +105,12 @@ func TestPiecedFrames(t *testing.T) {
 	if f := EncodeFrame(nil, k, id, textExtent(1, MaxPlainLen), CodecLZ4); len(f) >= MaxPlainLen {
 		t.Fatalf("compressible extent: frame of %d bytes", len(f))
 	}
+	// Nor does anything in a filesystem older than format 3.
+	old := *k
+	old.Pieced = false
+	if f := EncodeFrame(nil, &old, id, randomExtent(MaxPlainLen), CodecLZ4); len(f) != MaxPlainLen+FrameOverhead {
+		t.Fatalf("raw extent of a format-2 filesystem: frame of %d bytes", len(f))
+	}
 }
 
 // The frame length tells the two kinds apart: a pointer is valid with a

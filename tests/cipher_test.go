@@ -19,10 +19,13 @@ import (
 // TestCipherFormats: a filesystem whose descriptor is format 1 (no cipher
 // field, as every ebbfs before the cipher choice wrote it) mounts, takes
 // writes and reads them back from the store alone with XChaCha20-Poly1305;
-// one made by `ebbfs init` records the default cipher (XAES-256-GCM on a
-// CPU with AES instructions) and does the same. Under both, every frame in
-// the store opens with the recorded cipher, and a flipped byte in each
-// frame reads as EIO, not as other data.
+// one of format 2 (cipher recorded, made before pieced frames) does the
+// same with XAES-256-GCM and keeps its frames whole; one made by `ebbfs
+// init` (format 3) records the default cipher (XAES-256-GCM on a CPU with
+// AES instructions) and seals raw extents in pieces. Under all, every
+// frame in the store opens with the recorded cipher, the format does not
+// change by use, and a flipped byte in each frame reads as EIO, not as
+// other data.
 func TestCipherFormats(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -30,6 +33,7 @@ func TestCipherFormats(t *testing.T) {
 		want   keys.Cipher
 	}{
 		{"format1-xchacha20", 1, keys.CipherXChaCha20Poly1305},
+		{"format2-xaes", 2, keys.CipherXAES256GCM},
 		{"init-default", keys.FormatVersion, keys.DefaultCipher()},
 		{"init-cipher-xchacha20", keys.FormatVersion, keys.CipherXChaCha20Poly1305},
 		{"init-cipher-xaes", keys.FormatVersion, keys.CipherXAES256GCM},
@@ -37,8 +41,8 @@ func TestCipherFormats(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			switch {
-			case tc.format == 1:
-				writeFormat1Descriptor(t, e)
+			case tc.format < keys.FormatVersion:
+				writeOldDescriptor(t, e, tc.format, tc.want)
 			case strings.HasPrefix(tc.name, "init-cipher-"):
 				// ebbfs init --cipher: the choice is recorded and said.
 				r := e.mustEbbfs("init", "--cipher", string(tc.want))
@@ -52,8 +56,8 @@ func TestCipherFormats(t *testing.T) {
 			if d.CipherOf() != tc.want {
 				t.Fatalf("descriptor cipher %q, want %q", d.CipherOf(), tc.want)
 			}
-			if d.Format == 2 && tc.want == keys.CipherXChaCha20Poly1305 {
-				t.Fatal("an XChaCha20 filesystem got a format-2 descriptor")
+			if d.Format != tc.format {
+				t.Fatalf("descriptor format %d, want %d", d.Format, tc.format)
 			}
 			t.Logf("descriptor format %d, cipher %s", d.Format, d.CipherOf())
 
@@ -87,7 +91,7 @@ func TestCipherFormats(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			frames := 0
+			frames, pieced := 0, 0
 			for _, path := range segmentFiles(t, e) {
 				obj, err := os.ReadFile(path)
 				if err != nil {
@@ -103,6 +107,9 @@ func TestCipherFormats(t *testing.T) {
 				}
 				for _, en := range ents {
 					fr := obj[en.Offset : uint64(en.Offset)+uint64(en.Length)]
+					if segment.Pieced(len(fr), int(en.PlainLen)) {
+						pieced++
+					}
 					if _, err := segment.DecodeFrame(k, en.ID(), fr, int(en.PlainLen)); err != nil {
 						t.Fatalf("%s: frame %+v under %s: %v", path, en.ID(), k.Cipher, err)
 					}
@@ -115,6 +122,11 @@ func TestCipherFormats(t *testing.T) {
 			}
 			if frames < 3<<20/segment.ExtentSize {
 				t.Fatalf("%d frames in the store for a 3 MiB file", frames)
+			}
+			// The random file's extents are raw: sealed in pieces in a
+			// format-3 filesystem only.
+			if (pieced > 0) != (d.Format >= 3) {
+				t.Fatalf("format %d: %d of %d frames pieced", d.Format, pieced, frames)
 			}
 			if err := os.RemoveAll(e.cache); err != nil {
 				t.Fatal(err)
@@ -131,18 +143,22 @@ func TestCipherFormats(t *testing.T) {
 	}
 }
 
-// writeFormat1Descriptor stores a format-1 descriptor (no cipher field:
-// XChaCha20-Poly1305), byte for byte what ebbfs init wrote before the
-// cipher became a choice, under the test password.
-func writeFormat1Descriptor(t *testing.T, e *env) {
+// writeOldDescriptor stores a descriptor of an older format under the test
+// password, as the ebbfs of that format wrote it: format 1 names no cipher
+// (XChaCha20-Poly1305), format 2 names the cipher and has no pieced frames.
+func writeOldDescriptor(t *testing.T, e *env, format int, c keys.Cipher) {
 	t.Helper()
-	d, _, err := keys.NewDescriptorCipher(testPassword, keys.DefaultKDF(), keys.CipherXChaCha20Poly1305)
+	d, _, err := keys.NewDescriptorCipher(testPassword, keys.DefaultKDF(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.Format = format
+	if format == 1 {
+		d.Cipher = ""
+	}
 	b := d.Marshal()
-	if bytes.Contains(b, []byte("cipher")) || d.Format != 1 {
-		t.Fatalf("not a format-1 descriptor:\n%s", b)
+	if _, err := keys.ParseDescriptor(b); err != nil {
+		t.Fatalf("not a format-%d descriptor: %v\n%s", format, err, b)
 	}
 	st, err := objstore.NewLocal(e.store)
 	if err != nil {

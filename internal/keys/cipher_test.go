@@ -31,8 +31,8 @@ func TestFormat1DescriptorStillReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k.Cipher != CipherXChaCha20Poly1305 || k.Data.Cipher() != CipherXChaCha20Poly1305 {
-		t.Fatalf("keys cipher %q", k.Cipher)
+	if k.Cipher != CipherXChaCha20Poly1305 || k.Data.Cipher() != CipherXChaCha20Poly1305 || k.Pieced {
+		t.Fatalf("keys cipher %q, pieced %v", k.Cipher, k.Pieced)
 	}
 	var sealed [][]byte
 	lines, _ := os.ReadFile("testdata/format1-sealed.txt")
@@ -73,12 +73,8 @@ func TestDescriptorRecordsCipher(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := d.Marshal()
-			wantFormat, wantField := 2, true
-			if c == CipherXChaCha20Poly1305 {
-				wantFormat, wantField = 1, false
-			}
-			if d.Format != wantFormat || bytes.Contains(m, []byte(`"cipher"`)) != wantField {
-				t.Fatalf("descriptor: %s", m)
+			if d.Format != 3 || !bytes.Contains(m, []byte(`"cipher"`)) || !k.Pieced {
+				t.Fatalf("descriptor (pieced %v): %s", k.Pieced, m)
 			}
 			d2, err := ParseDescriptor(m)
 			if err != nil {
@@ -88,7 +84,7 @@ func TestDescriptorRecordsCipher(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if k2.Cipher != c || k.Cipher != c || k2.Meta.Cipher() != c {
+			if k2.Cipher != c || k.Cipher != c || k2.Meta.Cipher() != c || !k2.Pieced {
 				t.Fatalf("cipher %q / %q, want %q", k2.Cipher, k.Cipher, c)
 			}
 			for _, pair := range [][2]*AEAD{{k.Data, k2.Data}, {k.Meta, k2.Meta}} {
@@ -149,7 +145,8 @@ func TestParseDescriptorCipherField(t *testing.T) {
 		"unknown cipher":          func(d *Descriptor) { d.Cipher = "rot13" },
 		"format 2 without cipher": func(d *Descriptor) { d.Cipher = "" },
 		"format 1 with cipher":    func(d *Descriptor) { d.Format = 1 },
-		"format 3":                func(d *Descriptor) { d.Format = 3 },
+		"format 3 without cipher": func(d *Descriptor) { d.Format, d.Cipher = 3, "" },
+		"format 4":                func(d *Descriptor) { d.Format = 4 },
 	} {
 		nd := *d
 		edit(&nd)
@@ -184,4 +181,30 @@ func TestParseCipherAndDefault(t *testing.T) {
 		t.Errorf("NewDescriptor chose %q", k.Cipher)
 	}
 	t.Logf("AES hardware: %v, default cipher %s", HasAESHardware(), DefaultCipher())
+}
+
+// A filesystem keeps its format: a format-2 descriptor (cipher recorded,
+// no pieced frames) still parses and unlocks, without pieces, and a
+// re-wrap keeps it format 2.
+func TestFormat2DescriptorKeepsWholeFrames(t *testing.T) {
+	d, _, err := NewDescriptorCipher("correct horse", cheapKDF(), CipherXAES256GCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Format = 2
+	d2, err := ParseDescriptor(d.Marshal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := d2.Unlock("correct horse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Pieced || k.Cipher != CipherXAES256GCM {
+		t.Fatalf("format 2: pieced %v, cipher %q", k.Pieced, k.Cipher)
+	}
+	nd, err := d2.Rewrap("correct horse", "battery staple", cheapKDF())
+	if err != nil || nd.Format != 2 {
+		t.Fatalf("re-wrapped format-2 descriptor: format %d, %v", nd.Format, err)
+	}
 }

@@ -19,10 +19,18 @@ import (
 // DescriptorKey is the object key of the descriptor.
 const DescriptorKey = "ebbfs.fs"
 
-// FormatVersion is the descriptor format this build writes: 2 records the
-// frame and metadata cipher ("cipher"). Format 1 descriptors (no cipher
-// field, XChaCha20-Poly1305) are still read.
-const FormatVersion = 2
+// FormatVersion is the descriptor format this build writes. Format 3 lets
+// the writer seal the frames of raw extents in pieces (FORMAT.md, "Pieced
+// frame"); format 2 records the frame and metadata cipher ("cipher");
+// format 1 (no cipher field) is XChaCha20-Poly1305 throughout. All three
+// are read. A filesystem keeps the format it was made with, and only a
+// format-3 one gets pieced frames: a build that knows format 2 at most
+// refuses its descriptor rather than meet a frame it cannot read.
+const FormatVersion = 3
+
+// formatCipher is the descriptor format of filesystems made after the
+// cipher became a choice and before pieced frames.
+const formatCipher = 2
 
 // formatXChaCha is the descriptor format of filesystems made before the
 // cipher became a choice: no cipher field, XChaCha20-Poly1305 throughout.
@@ -72,6 +80,10 @@ type Descriptor struct {
 type Keys struct {
 	UUID   [16]byte
 	Cipher Cipher
+	// Pieced: the filesystem is format 3, whose writer seals the frames
+	// of raw extents over 4 KiB in pieces. Every build that reads format 3
+	// reads pieced frames in any filesystem.
+	Pieced bool
 	Data   *AEAD // frames and segment directories
 	Meta   *AEAD // journal, manifests, SSTs, lease-free metadata objects
 }
@@ -101,9 +113,8 @@ func NewDescriptor(password string, kdf KDFParams) (*Descriptor, *Keys, error) {
 	return NewDescriptorCipher(password, kdf, DefaultCipher())
 }
 
-// NewDescriptorCipher is NewDescriptor with a chosen cipher. With
-// CipherXChaCha20Poly1305 it writes a format-1 descriptor (no cipher
-// field), which every ebbfs build reads.
+// NewDescriptorCipher is NewDescriptor with a chosen cipher. The
+// descriptor is format 3 and names the cipher.
 func NewDescriptorCipher(password string, kdf KDFParams, c Cipher) (*Descriptor, *Keys, error) {
 	if len(password) < MinPasswordLen {
 		return nil, nil, ErrShortPassword
@@ -112,9 +123,6 @@ func NewDescriptorCipher(password string, kdf KDFParams, c Cipher) (*Descriptor,
 		return nil, nil, fmt.Errorf("unknown cipher %q (want %s or %s)", c, CipherXAES256GCM, CipherXChaCha20Poly1305)
 	}
 	d := &Descriptor{Format: FormatVersion, Cipher: c, KDF: kdf}
-	if c == CipherXChaCha20Poly1305 {
-		d.Format, d.Cipher = formatXChaCha, ""
-	}
 	mustRand(d.UUID[:])
 	master := make([]byte, 32)
 	mustRand(master)
@@ -124,7 +132,7 @@ func NewDescriptorCipher(password string, kdf KDFParams, c Cipher) (*Descriptor,
 	}
 	a, _ := newAEAD(k)
 	d.WrappedKey = a.Seal(wrapAAD(d.UUID), master)
-	ks, err := derive(d.UUID, master, c)
+	ks, err := derive(d.UUID, master, c, true)
 	return d, ks, err
 }
 
@@ -145,12 +153,12 @@ func ParseDescriptor(b []byte) (*Descriptor, error) {
 		if d.Cipher != "" {
 			return nil, fmt.Errorf("descriptor %s has format 1 and a cipher field: %w", DescriptorKey, errMalformed)
 		}
-	case FormatVersion:
+	case formatCipher, FormatVersion:
 		if !d.Cipher.Valid() {
 			return nil, fmt.Errorf("descriptor %s names cipher %q; this build knows %s and %s", DescriptorKey, d.Cipher, CipherXAES256GCM, CipherXChaCha20Poly1305)
 		}
 	default:
-		return nil, fmt.Errorf("descriptor %s has format %d; this build reads formats 1 and %d", DescriptorKey, d.Format, FormatVersion)
+		return nil, fmt.Errorf("descriptor %s has format %d; this build reads formats 1 to %d", DescriptorKey, d.Format, FormatVersion)
 	}
 	return &d, nil
 }
@@ -171,7 +179,7 @@ func (d *Descriptor) Unlock(password string) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	return derive(d.UUID, master, d.CipherOf())
+	return derive(d.UUID, master, d.CipherOf(), d.Format >= FormatVersion)
 }
 
 func (d *Descriptor) unwrap(password string) ([]byte, error) {
@@ -208,7 +216,7 @@ func (d *Descriptor) Rewrap(oldPassword, newPassword string, kdf KDFParams) (*De
 	return &nd, nil
 }
 
-func derive(uuid [16]byte, master []byte, c Cipher) (*Keys, error) {
+func derive(uuid [16]byte, master []byte, c Cipher, pieced bool) (*Keys, error) {
 	var err error
 	sub := func(info string) *AEAD {
 		k := make([]byte, 32)
@@ -222,7 +230,7 @@ func derive(uuid [16]byte, master []byte, c Cipher) (*Keys, error) {
 		}
 		return a
 	}
-	ks := &Keys{UUID: uuid, Cipher: c, Data: sub("ebbfs data v1"), Meta: sub("ebbfs meta v1")}
+	ks := &Keys{UUID: uuid, Cipher: c, Pieced: pieced, Data: sub("ebbfs data v1"), Meta: sub("ebbfs meta v1")}
 	if err != nil {
 		return nil, err
 	}
