@@ -95,3 +95,30 @@ func ChangePassword(ctx context.Context, s objstore.Store, oldPassword, newPassw
 	}
 	return nil
 }
+
+// Upgrade moves the filesystem's descriptor to keys.FormatVersion, after
+// checking password against it, with a conditional PUT so that a
+// concurrent change cannot be lost. It returns the format before and
+// after (equal: nothing to do). Data and metadata objects are untouched;
+// a writer gets the new format's features from its next start.
+func Upgrade(ctx context.Context, s objstore.Store, password string) (from, to int, err error) {
+	head, err := s.Head(ctx, keys.DescriptorKey)
+	if err != nil {
+		return 0, 0, fmt.Errorf("upgrade: %w", err)
+	}
+	d, err := readDescriptor(ctx, s)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := d.Unlock(password); err != nil {
+		return d.Format, d.Format, err
+	}
+	if d.Format >= keys.FormatVersion {
+		return d.Format, d.Format, nil
+	}
+	nd := d.Upgraded()
+	if _, err := s.Put(ctx, keys.DescriptorKey, nd.Marshal(), objstore.PutOptions{IfMatch: head.ETag}); err != nil {
+		return d.Format, d.Format, fmt.Errorf("upgrade: writing %s: %w", keys.DescriptorKey, err)
+	}
+	return d.Format, nd.Format, nil
+}

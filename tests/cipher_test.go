@@ -97,14 +97,7 @@ func TestCipherFormats(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				f, err := segment.ParseFooter(obj[len(obj)-segment.FooterSize:])
-				if err != nil {
-					t.Fatalf("%s: %v", path, err)
-				}
-				ents, err := segment.ParseDirectory(k, f, obj[f.DirOffset:f.DirOffset+uint64(f.DirLen)])
-				if err != nil {
-					t.Fatalf("%s: directory under %s: %v", path, k.Cipher, err)
-				}
+				ents := segmentEntries(t, k, path, obj)
 				for _, en := range ents {
 					fr := obj[en.Offset : uint64(en.Offset)+uint64(en.Length)]
 					if segment.Pieced(len(fr), int(en.PlainLen)) {
@@ -169,6 +162,21 @@ func writeOldDescriptor(t *testing.T, e *env, format int, c keys.Cipher) {
 	}
 }
 
+// segmentEntries returns the directory of the segment object obj (read
+// from path) under keys k.
+func segmentEntries(t *testing.T, k *keys.Keys, path string, obj []byte) []segment.DirEntry {
+	t.Helper()
+	f, err := segment.ParseFooter(obj[len(obj)-segment.FooterSize:])
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	ents, err := segment.ParseDirectory(k, f, obj[f.DirOffset:f.DirOffset+uint64(f.DirLen)])
+	if err != nil {
+		t.Fatalf("%s: directory under %s: %v", path, k.Cipher, err)
+	}
+	return ents
+}
+
 func readStoreDescriptor(t *testing.T, e *env) *keys.Descriptor {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(e.store, keys.DescriptorKey))
@@ -216,4 +224,102 @@ func TestInitRefusesUnknownCipher(t *testing.T) {
 	if !strings.Contains(r.stdout, "initialized") {
 		t.Fatalf("init after the refused one printed %q", r.stdout)
 	}
+}
+
+// TestUpgradeToPiecedFrames: `ebbfs upgrade` moves a format-2 filesystem
+// to format 3 after checking the password (a wrong one changes nothing);
+// data written before stays in whole frames and reads back, data written
+// after the writer's restart is sealed in pieces, fsck finds it all
+// consistent, and a second upgrade has nothing to do.
+func TestUpgradeToPiecedFrames(t *testing.T) {
+	e := newEnv(t)
+	writeOldDescriptor(t, e, 2, keys.CipherXAES256GCM)
+	before := randBytes(t, 1<<20)
+	p := e.mount()
+	writeFile(t, e.path("before.bin"), before)
+	fsyncFile(t, e.path("before.bin"))
+	p.stop()
+
+	desc := filepath.Join(e.store, keys.DescriptorKey)
+	orig, err := os.ReadFile(desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pwFile := filepath.Join(e.dir, "password")
+	pw, err := os.ReadFile(pwFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pwFile, []byte("not the right password\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.ebbfs("upgrade"); r.code != 3 || !strings.Contains(r.stderr, "wrong password") {
+		t.Fatalf("upgrade with a wrong password: %s", r)
+	}
+	if now, _ := os.ReadFile(desc); !bytes.Equal(now, orig) {
+		t.Fatal("a refused upgrade changed the descriptor")
+	}
+	if err := os.WriteFile(pwFile, pw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.mustEbbfs("upgrade"); !strings.Contains(r.stdout, "from store format 2 to 3") {
+		t.Fatalf("upgrade: %s", r)
+	}
+	d := readStoreDescriptor(t, e)
+	if d.Format != keys.FormatVersion || d.CipherOf() != keys.CipherXAES256GCM {
+		t.Fatalf("after upgrade: format %d, cipher %q", d.Format, d.CipherOf())
+	}
+	if r := e.mustEbbfs("upgrade"); !strings.Contains(r.stdout, "already at store format 3") {
+		t.Fatalf("second upgrade: %s", r)
+	}
+
+	after := randBytes(t, 1<<20)
+	p = e.mount()
+	writeFile(t, e.path("after.bin"), after)
+	fsyncFile(t, e.path("after.bin"))
+	p.stop()
+	k, err := d.Unlock(testPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pieced := map[uint64]int{} // inode -> pieced frames
+	whole := map[uint64]int{}
+	for _, path := range segmentFiles(t, e) {
+		obj, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, en := range segmentEntries(t, k, path, obj) {
+			if en.PlainLen <= segment.PieceSize {
+				continue
+			}
+			if segment.Pieced(int(en.Length), int(en.PlainLen)) {
+				pieced[en.Ino]++
+			} else {
+				whole[en.Ino]++
+			}
+		}
+	}
+	if len(pieced) != 1 || len(whole) != 1 {
+		t.Fatalf("large frames by inode: pieced %v, whole %v; want the file written after the upgrade pieced, the one before whole", pieced, whole)
+	}
+	for ino := range pieced {
+		if whole[ino] != 0 {
+			t.Fatalf("inode %d has both kinds of frames", ino)
+		}
+	}
+	if err := os.RemoveAll(e.cache); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.mustEbbfs("fsck", "--verify-data"); !strings.Contains(r.stdout, "consistent") {
+		t.Fatalf("fsck: %s", r)
+	}
+	p = e.mount()
+	if got := readFile(t, e.path("before.bin")); !bytes.Equal(got, before) {
+		t.Fatal("before.bin differs after the upgrade")
+	}
+	if got := readFile(t, e.path("after.bin")); !bytes.Equal(got, after) {
+		t.Fatal("after.bin differs")
+	}
+	p.stop()
 }

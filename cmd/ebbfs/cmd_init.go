@@ -27,14 +27,7 @@ about twice as fast there) or xchacha20-poly1305 (the default without
 them). It is recorded in the filesystem and cannot be changed later.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.load()
-			if err != nil {
-				return err
-			}
-			if _, err := g.logger(); err != nil {
-				return err
-			}
-			pw, src, err := c.Password()
+			c, pw, src, err := g.loadWithPassword()
 			if err != nil {
 				return err
 			}

@@ -27,14 +27,7 @@ variable. Data is not rewritten. Update the configured password source
 afterwards: the next run needs the new password.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.load()
-			if err != nil {
-				return err
-			}
-			if _, err := g.logger(); err != nil {
-				return err
-			}
-			oldPW, oldSrc, err := c.Password()
+			c, oldPW, oldSrc, err := g.loadWithPassword()
 			if err != nil {
 				return err
 			}

@@ -44,6 +44,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(g),
 		newVersionCmd(),
 		newChangePasswordCmd(g),
+		newUpgradeCmd(g),
 		newFsckCmd(g),
 		newMountHelperCmd(),
 		newCheckpointCmd(g),
@@ -71,6 +72,22 @@ func (g *globalFlags) load() (*config.Config, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// loadWithPassword loads the configuration, sets up logging and reads the
+// filesystem password and where it came from: the first steps of the
+// commands that unlock the filesystem without running it.
+func (g *globalFlags) loadWithPassword() (c *config.Config, pw, src string, err error) {
+	if c, err = g.load(); err != nil {
+		return nil, "", "", err
+	}
+	if _, err = g.logger(); err != nil {
+		return nil, "", "", err
+	}
+	if pw, src, err = c.Password(); err != nil {
+		return nil, "", "", err
+	}
+	return c, pw, src, nil
 }
 
 func (g *globalFlags) logger() (*slog.Logger, error) {

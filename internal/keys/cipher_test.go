@@ -208,3 +208,36 @@ func TestFormat2DescriptorKeepsWholeFrames(t *testing.T) {
 		t.Fatalf("re-wrapped format-2 descriptor: format %d, %v", nd.Format, err)
 	}
 }
+
+// Upgraded moves formats 1 and 2 to 3 with the same key and the cipher
+// named, and the result unlocks with pieces.
+func TestDescriptorUpgraded(t *testing.T) {
+	for _, tc := range []struct {
+		format int
+		c      Cipher
+	}{{1, CipherXChaCha20Poly1305}, {2, CipherXAES256GCM}, {2, CipherXChaCha20Poly1305}} {
+		d, k, err := NewDescriptorCipher("correct horse", cheapKDF(), tc.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Format = tc.format
+		if tc.format == 1 {
+			d.Cipher = ""
+		}
+		nd, err := ParseDescriptor(d.Upgraded().Marshal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		k2, err := nd.Unlock("correct horse")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nd.Format != FormatVersion || nd.Cipher != tc.c || !k2.Pieced || nd.UUID != d.UUID {
+			t.Fatalf("format %d upgraded: %s", tc.format, nd.Marshal())
+		}
+		sealed := k.Data.Seal([]byte("a"), []byte("same key"))
+		if got, err := k2.Data.Open([]byte("a"), sealed); err != nil || string(got) != "same key" {
+			t.Fatalf("format %d upgraded: the data key changed: %v", tc.format, err)
+		}
+	}
+}

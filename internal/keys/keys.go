@@ -216,6 +216,17 @@ func (d *Descriptor) Rewrap(oldPassword, newPassword string, kdf KDFParams) (*De
 	return &nd, nil
 }
 
+// Upgraded returns a copy of d at FormatVersion: the same key, salt and
+// cipher (now named, if d is format 1). A filesystem whose descriptor is
+// upgraded gets the features of the new format from its writer's next
+// start; what it stored before stays as it is, and every build that reads
+// the new format reads it.
+func (d *Descriptor) Upgraded() *Descriptor {
+	nd := *d
+	nd.Format, nd.Cipher = FormatVersion, d.CipherOf()
+	return &nd
+}
+
 func derive(uuid [16]byte, master []byte, c Cipher, pieced bool) (*Keys, error) {
 	var err error
 	sub := func(info string) *AEAD {
