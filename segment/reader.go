@@ -435,7 +435,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 			plain, err = openPiecesInPlace(r.k, id, int(p.PlainLen), first, span)
 			if err == nil {
 				r.diskHits.Add(1)
-				return plain[skip : skip+to-from : skip+to-from], nil
+				return part(plain, skip, skip+to-from), nil
 			}
 			r.diskCorrupt.Add(1)
 		}
@@ -453,7 +453,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		return nil, r.reportCorrupt(p, "", err)
 	}
 	r.misses.Add(1)
-	return plain[skip : skip+to-from : skip+to-from], nil
+	return part(plain, skip, skip+to-from), nil
 }
 
 // part returns b[from:to], cut short where b is (callers read the rest as
