@@ -299,3 +299,36 @@ func TestColdReadAcrossExtentsOneGet(t *testing.T) {
 		t.Fatalf("a cold read of three adjacent extents made %d GETs (%d bytes), want 1", c.GetRange, c.BytesDown)
 	}
 }
+
+// TestQuotaCountsADeleteAtOnce: under a quota, a write right after the
+// delete of a large file (whose pointers the tombstone cleaner removes in
+// the background, here held back for a minute) fits in the space the
+// delete gave back, rather than failing with ENOSPC until the cleaner
+// comes round.
+func TestQuotaCountsADeleteAtOnce(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t)
+	if err := f.e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), SegmentTarget: 1 << 20,
+		MaxSize: 2 << 20, CleanerDelay: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.e = e
+	ino := f.create("fill")
+	f.write(ino, randBytes(4, 1900<<10), 0) // 60 extents: deleted by the cleaner
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.Write(ctx, f.create("more"), randBytes(5, 1<<20), 0); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a write past the quota: %v, want ErrNoSpace", err)
+	}
+	if err := f.e.Unlink(ctx, RootIno, "fill"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.Write(ctx, f.create("after"), randBytes(6, 1<<20), 0); err != nil {
+		t.Fatalf("a write after deleting the file that filled the quota: %v", err)
+	}
+}

@@ -17,7 +17,9 @@ import (
 // data in memory (counted by whole extents) that the next barrier stores.
 // Space still held by dead bytes that reclamation has not freed yet is not
 // counted: a delete gives its space back at once, as on a local
-// filesystem.
+// filesystem (a write the quota refuses first runs the tombstone cleaner,
+// whose debits of a large deleted file's pointers may not have run yet:
+// cleanForSpace).
 //
 // With a quota, a write or an allocation that would take the used space
 // past it fails with ErrNoSpace (ENOSPC) before it changes anything; what
@@ -93,6 +95,26 @@ func (e *Engine) reserveSpace(n int64) error {
 	}
 	c.written = n
 	return nil
+}
+
+// cleanForSpace runs the tombstone cleaner here and now, for a write that
+// the quota refused: the bytes of a file deleted a moment ago count as
+// live until the cleaner removes its pointers, and a delete is to give its
+// space back at once. It reports whether it removed anything (the write
+// may then fit). The caller holds no lock.
+func (e *Engine) cleanForSpace(ctx context.Context) bool {
+	if e.opts.MaxSize <= 0 || e.cacheDiskRoom() != nil {
+		return false
+	}
+	any := false
+	for range 1000 { // bounded: each round removes up to CleanerBatch pointers
+		n, err := e.CleanTombstones(ctx)
+		if err != nil || n == 0 {
+			break
+		}
+		any = true
+	}
+	return any
 }
 
 // StatFS reports the capacity: [filesystem] max_size if set, else a

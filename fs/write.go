@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"math/bits"
 	"sync"
 
@@ -99,7 +100,12 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 		return 0, nil
 	}
 	if err := e.reserveSpace(int64(len(p))); err != nil {
-		return 0, err
+		if !errors.Is(err, ErrNoSpace) || !e.cleanForSpace(ctx) {
+			return 0, err
+		}
+		if err := e.reserveSpace(int64(len(p))); err != nil {
+			return 0, err
+		}
 	}
 	if err := e.waitDirty(ctx); err != nil {
 		return 0, err
