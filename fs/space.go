@@ -106,15 +106,15 @@ func (e *Engine) cleanForSpace(ctx context.Context) bool {
 	if e.opts.MaxSize <= 0 || e.cacheDiskRoom() != nil {
 		return false
 	}
-	any := false
+	removed := false
 	for range 1000 { // bounded: each round removes up to CleanerBatch pointers
 		n, err := e.CleanTombstones(ctx)
 		if err != nil || n == 0 {
 			break
 		}
-		any = true
+		removed = true
 	}
-	return any
+	return removed
 }
 
 // StatFS reports the capacity: [filesystem] max_size if set, else a

@@ -63,13 +63,16 @@ const frameAADMagic = "ebbfs-frame-v1"
 const frameAADLen = len(frameAADMagic) + 16 + 3*8
 
 func frameAAD(buf *[frameAADLen]byte, uuid [16]byte, id FrameID) []byte {
-	b := buf[:0]
-	b = append(b, frameAADMagic...)
+	return appendFrameID(append(buf[:0], frameAADMagic...), uuid, id)
+}
+
+// appendFrameID appends what binds a frame (or a piece) to its place and
+// version: fs uuid, ino, extent, gen.
+func appendFrameID(b []byte, uuid [16]byte, id FrameID) []byte {
 	b = append(b, uuid[:]...)
 	b = binary.LittleEndian.AppendUint64(b, id.Ino)
 	b = binary.LittleEndian.AppendUint64(b, id.Extent)
-	b = binary.LittleEndian.AppendUint64(b, id.Gen)
-	return b
+	return binary.LittleEndian.AppendUint64(b, id.Gen)
 }
 
 var (

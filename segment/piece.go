@@ -60,12 +60,7 @@ func MaxFrameLen(plainLen int) int {
 }
 
 func pieceAAD(buf *[pieceAADLen]byte, uuid [16]byte, id FrameID, i, n int) []byte {
-	b := buf[:0]
-	b = append(b, pieceAADMagic...)
-	b = append(b, uuid[:]...)
-	b = binary.LittleEndian.AppendUint64(b, id.Ino)
-	b = binary.LittleEndian.AppendUint64(b, id.Extent)
-	b = binary.LittleEndian.AppendUint64(b, id.Gen)
+	b := appendFrameID(append(buf[:0], pieceAADMagic...), uuid, id)
 	b = binary.LittleEndian.AppendUint32(b, uint32(i))
 	b = binary.LittleEndian.AppendUint32(b, uint32(n))
 	return b
