@@ -89,7 +89,9 @@ func (t *Timed) note(id uint64, failed bool, err error) {
 	t.health.Lock()
 	defer t.health.Unlock()
 	delete(t.health.inflight, id)
-	if failed && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+	// The caller giving up says nothing of the store; a transport timeout
+	// (which also matches DeadlineExceeded) does, and wraps ErrUnavailable.
+	if failed && !IsUnavailable(err) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return
 	}
 	if !failed {

@@ -2,6 +2,7 @@ package objstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/hex"
@@ -66,6 +67,10 @@ type S3Config struct {
 	MaxAttempts int
 	// MaxBackoff caps the delay between attempts (default 5 s).
 	MaxBackoff time.Duration
+	// ResponseTimeout bounds the wait for a response's headers once a
+	// request is sent (default 2 min). A request that runs out of it is
+	// retried like a refused connection.
+	ResponseTimeout time.Duration
 	// PartSize is the multipart part size; objects larger than it are
 	// uploaded in parts (default 64 MiB, at least 5 MiB).
 	PartSize int64
@@ -139,7 +144,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}
 	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 		tr.MaxIdleConnsPerHost = s3IdleConnsPerHo
-		tr.ResponseHeaderTimeout = s3HeaderTimeout
+		tr.ResponseHeaderTimeout = cmp.Or(cfg.ResponseTimeout, s3HeaderTimeout)
 	})
 	opts := []func(*config.LoadOptions) error{
 		config.WithRetryer(newRetryer),
@@ -235,15 +240,24 @@ func isS3Precondition(err error) bool {
 		(status == http.StatusConflict && code == "ConditionalRequestConflict")
 }
 
-func (s *S3) transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+// transient reports whether err, from a request made with ctx, is worth
+// retrying. Only the caller giving up (ctx done) makes a context error
+// final: the transport's own timeouts, such as net/http's "timeout
+// awaiting response headers", also match context.DeadlineExceeded, and a
+// store that took a request and never answered is an outage, not a
+// refusal.
+func (s *S3) transient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) {
 		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
 	}
 	return s.retryer.IsErrorRetryable(err)
 }
 
 // mapErr turns an SDK error into one wrapping the objstore sentinels.
-func (s *S3) mapErr(op, key string, err error) error {
+func (s *S3) mapErr(ctx context.Context, op, key string, err error) error {
 	switch {
 	case isS3NotFound(err):
 		return fmt.Errorf("%s %s: %w", op, key, ErrNotFound)
@@ -253,7 +267,7 @@ func (s *S3) mapErr(op, key string, err error) error {
 	if code, _ := errCode(err); code == "NoSuchBucket" {
 		return fmt.Errorf("%s %s: bucket %q does not exist: %w", op, key, s.bucket, err)
 	}
-	if s.transient(err) {
+	if s.transient(ctx, err) {
 		return fmt.Errorf("%s %s: %w: %w", op, key, ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s %s: %w", op, key, err)
@@ -337,7 +351,7 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 	if !conditional {
 		etag, err := send(ctx, true)
 		if err != nil {
-			return "", s.mapErr("put", key, err)
+			return "", s.mapErr(ctx, "put", key, err)
 		}
 		return etag, nil
 	}
@@ -371,7 +385,7 @@ func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, wan
 		if lost {
 			return "", fmt.Errorf("put %s: %w", key, ErrPreconditionFailed)
 		}
-		if !s.transient(err) || attempt >= s.attempts {
+		if !s.transient(ctx, err) || attempt >= s.attempts {
 			break
 		}
 		ambiguous = true
@@ -387,7 +401,7 @@ func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, wan
 		case <-t.C:
 		}
 	}
-	return "", s.mapErr("put", key, lastErr)
+	return "", s.mapErr(ctx, "put", key, lastErr)
 }
 
 // putMultipart uploads data in PartSize parts, s3PartWorkers at a time; a
@@ -402,7 +416,7 @@ func (s *S3) putMultipart(ctx context.Context, key string, data []byte, opts Put
 		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32,
 	})
 	if err != nil {
-		return "", s.mapErr("put", key, err)
+		return "", s.mapErr(ctx, "put", key, err)
 	}
 	uploadID := created.UploadId
 	completed := false
@@ -468,7 +482,7 @@ feed:
 	close(next)
 	wg.Wait()
 	if partErr != nil {
-		return "", s.mapErr("put", key, partErr)
+		return "", s.mapErr(ctx, "put", key, partErr)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("put %s: %w", key, err)
@@ -514,7 +528,7 @@ feed:
 	} else {
 		etag, err = send(ctx, true)
 		if err != nil {
-			err = s.mapErr("put", key, err)
+			err = s.mapErr(ctx, "put", key, err)
 		}
 	}
 	if err != nil {
@@ -531,19 +545,19 @@ func (s *S3) Get(ctx context.Context, key string) ([]byte, error) {
 		Key:    aws.String(s.fullKey(key)),
 	})
 	if err != nil {
-		return nil, s.mapErr("get", key, err)
+		return nil, s.mapErr(ctx, "get", key, err)
 	}
 	defer out.Body.Close()
-	return readBody(out.Body, aws.ToInt64(out.ContentLength), "get", key, s)
+	return readBody(ctx, out.Body, aws.ToInt64(out.ContentLength), "get", key, s)
 }
 
-func readBody(r io.Reader, size int64, op, key string, s *S3) ([]byte, error) {
+func readBody(ctx context.Context, r io.Reader, size int64, op, key string, s *S3) ([]byte, error) {
 	if size < 0 {
 		size = 0
 	}
 	buf := bytes.NewBuffer(make([]byte, 0, size))
 	if _, err := buf.ReadFrom(r); err != nil {
-		return nil, s.mapErr(op, key, err)
+		return nil, s.mapErr(ctx, op, key, err)
 	}
 	return buf.Bytes(), nil
 }
@@ -573,10 +587,10 @@ func (s *S3) GetRange(ctx context.Context, key string, off, length int64) ([]byt
 		if code, status := errCode(err); code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable {
 			return nil, fmt.Errorf("get %s: range [%d,+%d) outside object: %w", key, off, length, err)
 		}
-		return nil, s.mapErr("get", key, err)
+		return nil, s.mapErr(ctx, "get", key, err)
 	}
 	defer out.Body.Close()
-	b, err := readBody(out.Body, length, "get", key, s)
+	b, err := readBody(ctx, out.Body, length, "get", key, s)
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +607,7 @@ func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
 		Key:    aws.String(s.fullKey(key)),
 	})
 	if err != nil {
-		return ObjectInfo{}, s.mapErr("head", key, err)
+		return ObjectInfo{}, s.mapErr(ctx, "head", key, err)
 	}
 	return ObjectInfo{
 		Key:     key,
@@ -610,7 +624,7 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 		Key:    aws.String(s.fullKey(key)),
 	})
 	if err != nil && !isS3NotFound(err) {
-		return s.mapErr("delete", key, err)
+		return s.mapErr(ctx, "delete", key, err)
 	}
 	return nil
 }
@@ -629,7 +643,7 @@ func (s *S3) DeleteMany(ctx context.Context, keys []string) error {
 			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
 		})
 		if err != nil {
-			return s.mapErr("delete many", batch[0], err)
+			return s.mapErr(ctx, "delete many", batch[0], err)
 		}
 		for _, e := range out.Errors {
 			if aws.ToString(e.Code) == "NoSuchKey" {
@@ -658,7 +672,7 @@ func (s *S3) List(ctx context.Context, prefix, startAfter string, limit int) (Li
 	}
 	out, err := s.cli.ListObjectsV2(ctx, in)
 	if err != nil {
-		return ListPage{}, s.mapErr("list", prefix, err)
+		return ListPage{}, s.mapErr(ctx, "list", prefix, err)
 	}
 	p := ListPage{More: aws.ToBool(out.IsTruncated)}
 	for _, o := range out.Contents {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net"
@@ -281,6 +282,68 @@ func TestS3ConditionalPutLostResponse(t *testing.T) {
 	got, err := s.Get(ctx, "meta/journal/1")
 	if err != nil || string(got) != "journal 1 v2" {
 		t.Fatalf("Get = %q, %v", got, err)
+	}
+}
+
+// A server that takes a request and never answers (a network cut after the
+// request went out) runs out the response timeout. That is an outage: it is
+// retried, and once the attempts run out the error wraps ErrUnavailable, even
+// though net/http's timeout matches context.DeadlineExceeded. Only the
+// caller's own deadline makes a request final.
+func TestS3SilentServerIsUnavailable(t *testing.T) {
+	srv := s3test.Start(t)
+	target, _ := url.Parse(srv.Endpoint)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var stall atomic.Int32
+	release := make(chan struct{})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if stall.Add(-1) >= 0 {
+			select { // say nothing until the client gives up
+			case <-r.Context().Done():
+			case <-release:
+			}
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { close(release); front.Close() })
+	cfg := srv.Config("silent/")
+	cfg.Endpoint = front.URL
+	cfg.MaxBackoff = 50 * time.Millisecond
+	cfg.ResponseTimeout = 200 * time.Millisecond
+	cfg.MaxAttempts = 3
+	s := newS3(t, cfg)
+	ctx := context.Background()
+
+	// One silent attempt, then an answer: both kinds of Put succeed.
+	for _, opts := range []objstore.PutOptions{{}, {IfAbsent: true}} {
+		stall.Store(1)
+		key := fmt.Sprintf("segments/00/silent-once-%v", opts.IfAbsent)
+		if _, err := s.Put(ctx, key, []byte("x"), opts); err != nil {
+			t.Fatalf("Put %+v after one silent attempt: %v", opts, err)
+		}
+		if stall.Load() >= 0 {
+			t.Fatal("the server answered the first attempt")
+		}
+	}
+	// Silent on every attempt: unavailable, not a permanent failure.
+	for _, opts := range []objstore.PutOptions{{}, {IfAbsent: true}} {
+		stall.Store(100)
+		_, err := s.Put(ctx, "segments/00/silent-always", []byte("x"), opts)
+		if !objstore.IsUnavailable(err) {
+			t.Fatalf("Put %+v to a silent server: %v; want unavailable", opts, err)
+		}
+	}
+	stall.Store(100)
+	if _, err := s.Get(ctx, "segments/00/silent-once-false"); !objstore.IsUnavailable(err) {
+		t.Fatalf("Get from a silent server: %v; want unavailable", err)
+	}
+	// The caller's own deadline is final: not unavailable.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := s.Get(short, "segments/00/silent-once-false")
+	if err == nil || objstore.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get past the caller's deadline: %v; want DeadlineExceeded, not unavailable", err)
 	}
 }
 

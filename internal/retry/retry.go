@@ -26,8 +26,10 @@ type Policy struct {
 	Logger *slog.Logger
 	// Min and Max bound the delay before jitter (defaults 50 ms and 5 s).
 	Min, Max time.Duration
-	// Permanent reports errors that retrying cannot fix. Context errors
-	// are always permanent.
+	// Permanent reports errors that retrying cannot fix. Any error once
+	// ctx is done, and context.Canceled, are always permanent; a
+	// context.DeadlineExceeded while ctx lives is a transport timeout and
+	// is retried.
 	Permanent func(error) bool
 }
 
@@ -55,7 +57,11 @@ func Do(ctx context.Context, p Policy, what string, op func() error) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || (p.Permanent != nil && p.Permanent(err)) {
+		// A deadline that is not ctx's own is a transport timeout (net/http's
+		// "timeout awaiting response headers" matches
+		// context.DeadlineExceeded): a store that took the request and
+		// went silent, which is an outage to wait out.
+		if ctx.Err() != nil || errors.Is(err, context.Canceled) || (p.Permanent != nil && p.Permanent(err)) {
 			return err
 		}
 		wait := Jitter(delay)

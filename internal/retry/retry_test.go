@@ -3,8 +3,10 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"testing"
 	"time"
 
@@ -55,6 +57,36 @@ func TestContextEndStopsWaiting(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Do kept waiting after its context ended")
+	}
+}
+
+// A transport timeout matches context.DeadlineExceeded (net/http's "timeout
+// awaiting response headers" does) but is not the caller giving up: it is
+// retried while ctx lives, and final once ctx itself has expired.
+func TestTransportTimeoutIsRetried(t *testing.T) {
+	timeout := fmt.Errorf("put x: %w", &url.Error{Op: "Put", URL: "http://s3/x", Err: context.DeadlineExceeded})
+	calls := 0
+	err := Do(context.Background(), Policy{Logger: quiet, Min: time.Microsecond, Max: time.Millisecond}, "put x", func() error {
+		calls++
+		if calls < 3 {
+			return timeout
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("err %v after %d calls; want success on the 3rd", err, calls)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	calls = 0
+	err = Do(ctx, Policy{Logger: quiet, Min: time.Microsecond}, "put x", func() error {
+		calls++
+		<-ctx.Done()
+		return fmt.Errorf("put x: %w", ctx.Err())
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || calls != 1 {
+		t.Fatalf("ctx expired in the call: err %v after %d calls; want DeadlineExceeded after one", err, calls)
 	}
 }
 
