@@ -78,9 +78,17 @@ type diskCache struct {
 	// for them; when the queue is full a frame is simply not cached.
 	q       chan diskPut
 	queued  atomic.Int64 // frame bytes in q
+	skipped atomic.Int64 // frame bytes left out: the queue was full
 	done    chan struct{}
 	closeMu sync.Mutex
 	closed  bool
+	// overflow holds, under closeMu, frames of admitted objects that did
+	// not fit in the queue (overflowBytes of them); the writer takes them
+	// after its current put. Without it a writer uploading faster than the
+	// cache disk absorbed left whole segments of what it had just written
+	// out of the cache, and their reads went to the store.
+	overflow      []diskPut
+	overflowBytes int64
 }
 
 // diskSeg is one segment's file in the cache.
@@ -106,6 +114,10 @@ type diskPut struct {
 const (
 	diskQueue      = 256
 	diskQueueBytes = 64 << 20
+	// diskOverflowBytes bounds the overflow (diskCache.overflow): with
+	// the queue, at most 128 MiB of frames are kept for the cache. The
+	// memory is the objects the writer uploaded, held a little longer.
+	diskOverflowBytes = 64 << 20
 )
 
 // diskOpenFiles is how many segment files the cache keeps open for
@@ -342,28 +354,58 @@ func (c *diskCache) writer() {
 		select {
 		case it, ok := <-c.q:
 			if !ok {
+				c.putOverflow()
 				return
 			}
-			if it.ack != nil {
+			switch {
+			case it.ack != nil:
+				c.putOverflow()
 				close(it.ack)
-				continue
-			}
-			if it.obj != nil {
+			case it.obj != nil:
 				c.putObject(it.obj, it.ps)
-				continue
+				c.queued.Add(-frameBytes(it.ps))
+			default:
+				c.putRun(it.p.Segment, []diskEntry{{seg: it.p.Segment, off: it.p.Offset, length: it.p.Length}}, it.frame)
+				c.queued.Add(-int64(len(it.frame)))
 			}
-			c.putRun(it.p.Segment, []diskEntry{{seg: it.p.Segment, off: it.p.Offset, length: it.p.Length}}, it.frame)
-			c.queued.Add(-int64(len(it.frame)))
+			c.putOverflow()
 		case <-tick.C:
+			c.putOverflow()
 			c.watch()
 		}
 	}
 }
 
+// putOverflow writes the overflow, oldest first, until it is empty.
+func (c *diskCache) putOverflow() {
+	for {
+		c.closeMu.Lock()
+		if len(c.overflow) == 0 {
+			c.closeMu.Unlock()
+			return
+		}
+		it := c.overflow[0]
+		c.overflow[0] = diskPut{}
+		c.overflow = c.overflow[1:]
+		c.closeMu.Unlock()
+		c.putObject(it.obj, it.ps)
+		c.closeMu.Lock()
+		c.overflowBytes -= frameBytes(it.ps)
+		c.closeMu.Unlock()
+	}
+}
+
+func frameBytes(ps []Pointer) int64 {
+	var n int64
+	for _, p := range ps {
+		n += int64(p.Length)
+	}
+	return n
+}
+
 // putObject writes the frames ps of obj, each run of adjacent frames with
 // one write.
 func (c *diskCache) putObject(obj []byte, ps []Pointer) {
-	var n int64
 	for i := 0; i < len(ps); {
 		j := i + 1
 		for j < len(ps) && ps[j].Offset == uint32(ps[j-1].End()) && ps[j].Segment == ps[i].Segment {
@@ -372,12 +414,10 @@ func (c *diskCache) putObject(obj []byte, ps []Pointer) {
 		es := make([]diskEntry, 0, j-i)
 		for _, p := range ps[i:j] {
 			es = append(es, diskEntry{seg: p.Segment, off: p.Offset, length: p.Length})
-			n += int64(p.Length)
 		}
 		c.putRun(ps[i].Segment, es, obj[ps[i].Offset:ps[j-1].End()])
 		i = j
 	}
-	c.queued.Add(-n)
 }
 
 // watch gives space back when the filesystem has less than the reserve
@@ -720,36 +760,63 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 
 // admit queues the frames ps of the object obj (whole, as uploaded) for
 // the disk cache without waiting, as one put: as many of them, in order,
-// as the queue's byte bound has room for. The cache keeps obj until they
-// are written; the caller must not change it.
+// as the queue's byte bound has room for, and as many of the rest as the
+// overflow has room for (diskOverflowBytes). Frames that fit in neither
+// are left out. The cache keeps obj until they are written; the
+// caller must not change it.
 func (c *diskCache) admit(obj []byte, ps []Pointer) {
+	ok := func(p Pointer) bool {
+		return p.Length > 0 && p.End() <= uint64(len(obj)) && int64(p.Length) <= c.max
+	}
 	var n int64
 	room := diskQueueBytes - c.queued.Load()
 	k := 0
-	for ; k < len(ps); k++ {
-		p := ps[k]
-		if p.Length == 0 || p.End() > uint64(len(obj)) || int64(p.Length) > c.max || n+int64(p.Length) > room {
-			break
-		}
-		n += int64(p.Length)
+	for ; k < len(ps) && ok(ps[k]) && n+int64(ps[k].Length) <= room; k++ {
+		n += int64(ps[k].Length)
 	}
-	if k > 0 {
-		c.enqueue(diskPut{ps: ps[:k:k], obj: obj}, n)
+	if k > 0 && !c.enqueue(diskPut{ps: ps[:k:k], obj: obj}, n) {
+		k = 0
+	}
+	c.closeMu.Lock()
+	if !c.closed {
+		m, j := int64(0), k
+		for ; j < len(ps) && ok(ps[j]) && c.overflowBytes+m+int64(ps[j].Length) <= diskOverflowBytes; j++ {
+			m += int64(ps[j].Length)
+		}
+		if j > k {
+			c.overflow = append(c.overflow, diskPut{ps: ps[k:j:j], obj: obj})
+			c.overflowBytes += m
+			k = j
+		}
+	}
+	c.closeMu.Unlock()
+	for _, p := range ps[k:] {
+		if ok(p) {
+			c.skipped.Add(int64(p.Length))
+		}
 	}
 }
 
-// enqueue queues it, holding n frame bytes, unless the queue is full.
-func (c *diskCache) enqueue(it diskPut, n int64) {
+// enqueue queues it, holding n frame bytes, unless the queue is full, and
+// reports whether it did.
+func (c *diskCache) enqueue(it diskPut, n int64) bool {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
-	if c.closed || c.queued.Load()+n > diskQueueBytes {
-		return
+	if c.closed {
+		return false
 	}
-	select {
-	case c.q <- it:
-		c.queued.Add(n)
-	default:
+	if c.queued.Load()+n <= diskQueueBytes {
+		select {
+		case c.q <- it:
+			c.queued.Add(n)
+			return true
+		default:
+		}
 	}
+	if it.obj == nil { // admit counts what it leaves out itself
+		c.skipped.Add(n)
+	}
+	return false
 }
 
 // putRun stores the adjacent frames es of segment seg, whose bytes are b

@@ -349,3 +349,54 @@ func TestRelocatedStaysCached(t *testing.T) {
 		t.Fatal("a frame that was not cached was read from its new place without the store")
 	}
 }
+
+// TestAdmitOverflowKeepsUploadedFrames: an uploaded object admitted while
+// the queue is full waits in the overflow and is written once the writer
+// gets to it, instead of being left out (a writer uploading faster than the
+// cache disk absorbed lost whole segments of what it had just written); one
+// that finds the overflow full is left out, so the memory held stays
+// bounded.
+func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
+	f := newFixture(t, 8)
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	c := r.disk
+	// Hold the writer in its first write, with the queue's bytes spent.
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	setDisk(r, func(c *diskCache) {
+		c.writeFrames = func(data, idx string, off int64, b []byte, recs []diskEntry) error {
+			once.Do(func() { close(entered); <-release })
+			return writeSegmentFrames(data, idx, off, b, recs)
+		}
+	})
+	c.put(f.ps[7], f.data[f.ps[7].Offset:f.ps[7].End()])
+	<-entered
+	c.queued.Add(diskQueueBytes)
+
+	r.Admit(f.data, f.ps[:4]) // no room in the queue: into the overflow
+	c.closeMu.Lock()
+	full := diskOverflowBytes - c.overflowBytes
+	c.overflowBytes += full
+	c.closeMu.Unlock()
+	r.Admit(f.data, f.ps[4:7]) // the overflow is full: left out
+	c.closeMu.Lock()
+	c.overflowBytes -= full
+	c.closeMu.Unlock()
+	c.queued.Add(-diskQueueBytes)
+	close(release)
+	c.sync()
+	if got, want := r.Stats().DiskSkipped, uint64(frameBytes(f.ps[4:7])); got != want {
+		t.Fatalf("DiskSkipped = %d, want %d (the frames left out)", got, want)
+	}
+
+	f.cs.reset()
+	f.readAll(t, r, 0, 1, 2, 3)
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for frames admitted through the overflow, want 0", n)
+	}
+	before := f.cs.total()
+	f.readAll(t, r, 4)
+	if f.cs.total() == before {
+		t.Fatal("a frame admitted with the overflow taken was cached; the overflow is not bounded")
+	}
+}

@@ -73,6 +73,7 @@ type ReaderStats struct {
 	BytesFetched uint64 // bytes those GETs returned
 	Corrupt      uint64 // corruption found in store objects
 	DiskCorrupt  uint64 // disk cache entries dropped as damaged
+	DiskSkipped  uint64 // frame bytes the disk cache left out: its write queue was full
 
 	MemBytes    int64 // memory cache usage (plaintext + bookkeeping)
 	MemEntries  int
@@ -255,6 +256,7 @@ func (r *Reader) Stats() ReaderStats {
 	r.mu.Unlock()
 	if r.disk != nil {
 		s.DiskBytes, s.DiskEntries = r.disk.stats()
+		s.DiskSkipped = uint64(r.disk.skipped.Load())
 	}
 	return s
 }

@@ -17,10 +17,11 @@ type storeCounters struct {
 	requests int64 // every operation, every key space
 	puts     int64 // put, every key space
 	gets     int64 // get and get_range on segments/
+	skipped  int64 // frame bytes the disk cache left out (queue full)
 }
 
 func (c storeCounters) sub(o storeCounters) storeCounters {
-	return storeCounters{up: c.up - o.up, down: c.down - o.down, requests: c.requests - o.requests, puts: c.puts - o.puts, gets: c.gets - o.gets}
+	return storeCounters{up: c.up - o.up, down: c.down - o.down, requests: c.requests - o.requests, puts: c.puts - o.puts, gets: c.gets - o.gets, skipped: c.skipped - o.skipped}
 }
 
 // scrapeStore reads ebbfs's /metrics over its admin unix socket.
@@ -61,6 +62,8 @@ func scrapeStore(sock string) (storeCounters, error) {
 			c.up = int64(v)
 		case name == `ebbfs_store_bytes_total{direction="down"}`:
 			c.down = int64(v)
+		case name == "ebbfs_cache_disk_skipped_bytes_total":
+			c.skipped = int64(v)
 		case strings.HasPrefix(name, "ebbfs_store_requests_total{"):
 			c.requests += int64(v)
 			if strings.Contains(name, `op="put"`) {

@@ -282,15 +282,15 @@ func (b *bench) report(w io.Writer) {
 	}
 	fmt.Fprintln(w, "(store dn/up = ebbfs's object-store payload MiB down/up (requests), from its /metrics)")
 	if s3 {
-		const s3SideFmt = "%-38s %14s %13s %17s %11s\n"
+		const s3SideFmt = "%-38s %14s %13s %17s %11s %14s\n"
 		fmt.Fprintf(w, "\nebbfs-s3 (the S3 server's own CPU is not counted):\n")
-		fmt.Fprintf(w, s3SideFmt, "workload", "CPU", "disk r/w", "store dn/up", "VmHWM")
+		fmt.Fprintf(w, s3SideFmt, "workload", "CPU", "disk r/w", "store dn/up", "VmHWM", "cache skipped")
 		for _, r := range rowsFor(o) {
 			v, ok := b.res[r.key]["ebbfs-s3"]
 			if !ok {
 				continue
 			}
-			cpu, disk, st, hwm := "-", "-", "-", "-"
+			cpu, disk, st, hwm, skipped := "-", "-", "-", "-", "-"
 			if v.cpu >= 0 {
 				cpu = fmt.Sprintf("%.2fs %3.0f%%", v.cpu.Seconds(), 100*v.cpu.Seconds()/v.wall.Seconds())
 			}
@@ -299,12 +299,14 @@ func (b *bench) report(w io.Writer) {
 			}
 			if v.store != nil {
 				st = fmt.Sprintf("%.0f/%.0f (%d)", float64(v.store.down)/MiB, float64(v.store.up)/MiB, v.store.requests)
+				skipped = fmt.Sprintf("%.1f MiB", float64(v.store.skipped)/MiB)
 			}
 			if v.hwm > 0 {
 				hwm = fmt.Sprintf("%.0f MiB", float64(v.hwm)/MiB)
 			}
-			fmt.Fprintf(w, s3SideFmt, r.label, cpu, disk, st, hwm)
+			fmt.Fprintf(w, s3SideFmt, r.label, cpu, disk, st, hwm, skipped)
 		}
+		fmt.Fprintln(w, "(cache skipped = frame bytes ebbfs's disk cache left out, its write queue full, from its /metrics)")
 	}
 	for _, t := range b.targets {
 		if t.cache != "" {
