@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"bytes"
 	"container/list"
 	"encoding/binary"
 	"errors"
@@ -102,21 +103,28 @@ type diskSeg struct {
 type diskPut struct {
 	p     Pointer
 	frame []byte
-	// Or the frames ps of a whole object obj (admit).
-	ps  []Pointer
-	obj []byte
-	ack chan struct{} // a sync marker: closed once everything before it is written
+	// Or runs of adjacent frames (admit), holding cost bytes of memory.
+	runs []diskRun
+	cost int64
+	ack  chan struct{} // a sync marker: closed once everything before it is written
+}
+
+// diskRun is adjacent frames es of segment seg, whose bytes are b.
+type diskRun struct {
+	seg uint64
+	es  []diskEntry
+	b   []byte
 }
 
 // diskQueue is how many puts may wait to be written to the disk cache,
-// and diskQueueBytes how many frame bytes they may hold: a put that does
-// not fit is left out.
+// and diskQueueBytes how many bytes of memory they may hold: a put that
+// does not fit is left out (an admitted object may wait in the overflow).
 const (
 	diskQueue      = 256
 	diskQueueBytes = 64 << 20
-	// diskOverflowBytes bounds the overflow (diskCache.overflow): with
-	// the queue, at most 128 MiB of frames are kept for the cache. The
-	// memory is the objects the writer uploaded, held a little longer.
+	// diskOverflowBytes bounds the memory the overflow holds
+	// (diskCache.overflow): with the queue, at most 128 MiB, most of it
+	// objects the writer uploaded, held a little longer.
 	diskOverflowBytes = 64 << 20
 )
 
@@ -361,9 +369,9 @@ func (c *diskCache) writer() {
 			case it.ack != nil:
 				c.putOverflow()
 				close(it.ack)
-			case it.obj != nil:
-				c.putObject(it.obj, it.ps)
-				c.queued.Add(-frameBytes(it.ps))
+			case it.runs != nil:
+				c.putRuns(it.runs)
+				c.queued.Add(-it.cost)
 			default:
 				c.putRun(it.p.Segment, []diskEntry{{seg: it.p.Segment, off: it.p.Offset, length: it.p.Length}}, it.frame)
 				c.queued.Add(-int64(len(it.frame)))
@@ -388,35 +396,17 @@ func (c *diskCache) putOverflow() {
 		c.overflow[0] = diskPut{}
 		c.overflow = c.overflow[1:]
 		c.closeMu.Unlock()
-		c.putObject(it.obj, it.ps)
+		c.putRuns(it.runs)
 		c.closeMu.Lock()
-		c.overflowBytes -= frameBytes(it.ps)
+		c.overflowBytes -= it.cost
 		c.closeMu.Unlock()
 	}
 }
 
-func frameBytes(ps []Pointer) int64 {
-	var n int64
-	for _, p := range ps {
-		n += int64(p.Length)
-	}
-	return n
-}
-
-// putObject writes the frames ps of obj, each run of adjacent frames with
-// one write.
-func (c *diskCache) putObject(obj []byte, ps []Pointer) {
-	for i := 0; i < len(ps); {
-		j := i + 1
-		for j < len(ps) && ps[j].Offset == uint32(ps[j-1].End()) && ps[j].Segment == ps[i].Segment {
-			j++
-		}
-		es := make([]diskEntry, 0, j-i)
-		for _, p := range ps[i:j] {
-			es = append(es, diskEntry{seg: p.Segment, off: p.Offset, length: p.Length})
-		}
-		c.putRun(ps[i].Segment, es, obj[ps[i].Offset:ps[j-1].End()])
-		i = j
+// putRuns writes runs, each with one write.
+func (c *diskCache) putRuns(runs []diskRun) {
+	for _, r := range runs {
+		c.putRun(r.seg, r.es, r.b)
 	}
 }
 
@@ -758,43 +748,76 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 	c.enqueue(diskPut{p: p, frame: frame}, int64(len(frame)))
 }
 
-// admit queues the frames ps of the object obj (whole, as uploaded) for
-// the disk cache without waiting, as one put: as many of them, in order,
-// as the queue's byte bound has room for, and as many of the rest as the
-// overflow has room for (diskOverflowBytes). Frames that fit in neither
-// are left out. The cache keeps obj until they are written; the
-// caller must not change it.
+// admit queues the frames ps of the object obj (as uploaded or as
+// repack wrote it) for the disk cache without waiting. The put holds obj
+// until its frames are written, and so counts len(obj) against the
+// queue's bound, or, when the queue is full, against the overflow's; if it
+// fits in neither its frames are left out. Frames of an object larger than
+// the queue's bound, or taking less than half of it (the cached frames of
+// a repack output of up to 1 GiB), are copied out instead, so that the
+// object is not held. The caller must not change obj.
 func (c *diskCache) admit(obj []byte, ps []Pointer) {
 	ok := func(p Pointer) bool {
 		return p.Length > 0 && p.End() <= uint64(len(obj)) && int64(p.Length) <= c.max
 	}
-	var n int64
-	room := diskQueueBytes - c.queued.Load()
-	k := 0
-	for ; k < len(ps) && ok(ps[k]) && n+int64(ps[k].Length) <= room; k++ {
-		n += int64(ps[k].Length)
+	var runs []diskRun
+	var frames int64
+	for i := 0; i < len(ps); {
+		if !ok(ps[i]) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(ps) && ok(ps[j]) && ps[j].Segment == ps[i].Segment && ps[j].Offset == uint32(ps[j-1].End()) {
+			j++
+		}
+		es := make([]diskEntry, 0, j-i)
+		for _, p := range ps[i:j] {
+			es = append(es, diskEntry{seg: p.Segment, off: p.Offset, length: p.Length})
+		}
+		runs = append(runs, diskRun{seg: ps[i].Segment, es: es, b: obj[ps[i].Offset:ps[j-1].End()]})
+		frames += int64(ps[j-1].End() - uint64(ps[i].Offset))
+		i = j
 	}
-	if k > 0 && !c.enqueue(diskPut{ps: ps[:k:k], obj: obj}, n) {
-		k = 0
+	cost := int64(len(obj))
+	if cost > diskQueueBytes || frames < cost/2 {
+		cost = 0
+		for k := range runs {
+			if cost+int64(len(runs[k].b)) > diskQueueBytes {
+				runs = runs[:k]
+				break
+			}
+			runs[k].b = bytes.Clone(runs[k].b)
+			cost += int64(len(runs[k].b))
+		}
+	}
+	if len(runs) == 0 {
+		c.skipped.Add(frames)
+		return
+	}
+	it := diskPut{runs: runs, cost: cost}
+	if c.enqueue(it, cost) {
+		c.skipped.Add(frames - runBytes(runs))
+		return
 	}
 	c.closeMu.Lock()
-	if !c.closed {
-		m, j := int64(0), k
-		for ; j < len(ps) && ok(ps[j]) && c.overflowBytes+m+int64(ps[j].Length) <= diskOverflowBytes; j++ {
-			m += int64(ps[j].Length)
-		}
-		if j > k {
-			c.overflow = append(c.overflow, diskPut{ps: ps[k:j:j], obj: obj})
-			c.overflowBytes += m
-			k = j
-		}
+	if !c.closed && c.overflowBytes+cost <= diskOverflowBytes {
+		c.overflow = append(c.overflow, it)
+		c.overflowBytes += cost
+		c.closeMu.Unlock()
+		c.skipped.Add(frames - runBytes(runs))
+		return
 	}
 	c.closeMu.Unlock()
-	for _, p := range ps[k:] {
-		if ok(p) {
-			c.skipped.Add(int64(p.Length))
-		}
+	c.skipped.Add(frames)
+}
+
+func runBytes(runs []diskRun) int64 {
+	var n int64
+	for _, r := range runs {
+		n += int64(len(r.b))
 	}
+	return n
 }
 
 // enqueue queues it, holding n frame bytes, unless the queue is full, and
@@ -813,7 +836,7 @@ func (c *diskCache) enqueue(it diskPut, n int64) bool {
 		default:
 		}
 	}
-	if it.obj == nil { // admit counts what it leaves out itself
+	if it.runs == nil { // admit counts what it leaves out itself
 		c.skipped.Add(n)
 	}
 	return false

@@ -369,6 +369,9 @@ func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
 			return writeSegmentFrames(data, idx, off, b, recs)
 		}
 	})
+	var unblock sync.Once
+	free := func() { unblock.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the reader's Close, which waits for the writer
 	c.put(f.ps[7], f.data[f.ps[7].Offset:f.ps[7].End()])
 	<-entered
 	c.queued.Add(diskQueueBytes)
@@ -383,9 +386,9 @@ func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
 	c.overflowBytes -= full
 	c.closeMu.Unlock()
 	c.queued.Add(-diskQueueBytes)
-	close(release)
+	free()
 	c.sync()
-	if got, want := r.Stats().DiskSkipped, uint64(frameBytes(f.ps[4:7])); got != want {
+	if got, want := r.Stats().DiskSkipped, uint64(sumLength(f.ps[4:7])); got != want {
 		t.Fatalf("DiskSkipped = %d, want %d (the frames left out)", got, want)
 	}
 
@@ -398,5 +401,79 @@ func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
 	f.readAll(t, r, 4)
 	if f.cs.total() == before {
 		t.Fatal("a frame admitted with the overflow taken was cached; the overflow is not bounded")
+	}
+}
+
+func sumLength(ps []Pointer) int64 {
+	var n int64
+	for _, p := range ps {
+		n += int64(p.Length)
+	}
+	return n
+}
+
+// TestAdmitBoundsHeldMemory: an admitted object is held until its frames are
+// written, so the queue and the overflow count the whole object, not its
+// admitted frames; an object of which few frames are admitted (the cached
+// frames of a repack output) has them copied out and is not held.
+func TestAdmitBoundsHeldMemory(t *testing.T) {
+	f := newFixture(t, 1)
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	c := r.disk
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
+	setDisk(r, func(c *diskCache) {
+		c.writeFrames = func(data, idx string, off int64, b []byte, recs []diskEntry) error {
+			once.Do(func() { close(entered); <-release })
+			return writeSegmentFrames(data, idx, off, b, recs)
+		}
+	})
+	free := func() { unblock.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the reader's Close, which waits for the writer
+	c.put(f.ps[0], f.data[f.ps[0].Offset:f.ps[0].End()])
+	<-entered
+	held := func() int64 {
+		c.closeMu.Lock()
+		defer c.closeMu.Unlock()
+		return c.queued.Load() + c.overflowBytes
+	}
+	base := held()
+
+	// Three 33 MiB segments of 1 MiB frames, all admitted: the first
+	// waits in the queue, the second in the overflow, and the third fits
+	// in neither.
+	const frame, frames = 1 << 20, 33
+	const objSize = frame * frames
+	for i := range 3 {
+		seg := uint64(0x0000000500000000 + i)
+		ps := make([]Pointer, frames)
+		for j := range ps {
+			ps[j] = Pointer{Segment: seg, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
+		}
+		r.Admit(make([]byte, objSize), ps)
+	}
+	if got, want := held()-base, int64(2*objSize); got != want {
+		t.Fatalf("admissions hold %d bytes by the count, want %d (two whole objects)", got, want)
+	}
+	if got := r.Stats().DiskSkipped; got != objSize {
+		t.Fatalf("DiskSkipped = %d, want %d (the third object's frames)", got, objSize)
+	}
+
+	// A 100 MiB repack output with two cached frames: copied, 8 KiB held.
+	before := held()
+	r.Admit(make([]byte, 100<<20), []Pointer{
+		{Segment: 0x0000000600000000, Offset: 1 << 20, Length: 4096, PlainLen: 4055},
+		{Segment: 0x0000000600000000, Offset: 90 << 20, Length: 4096, PlainLen: 4055},
+	})
+	if got := held() - before; got != 8192 {
+		t.Fatalf("a sparse admission of a 100 MiB object holds %d bytes by the count, want 8192 (its frames, copied)", got)
+	}
+	free()
+	c.sync()
+	if got := held(); got != 0 {
+		t.Fatalf("%d bytes still counted as held after the queue was written", got)
+	}
+	if n, entries := c.stats(); entries != 1+2*frames+2 {
+		t.Fatalf("disk cache holds %d entries (%d bytes) after the admissions were written, want %d", entries, n, 1+2*frames+2)
 	}
 }
