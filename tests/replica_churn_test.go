@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -262,8 +263,16 @@ func TestReplicaChurn(t *testing.T) {
 				_, serr := os.Stat(r.path(marker))
 				got, rerr := os.ReadFile(r.path(marker))
 				_, wserr := os.Stat(e.path(marker))
-				t.Fatalf("%s: the new writer's file %s not on the replica within 30s: replica stat %v, read %d bytes (want %d) %v; on the writer: stat %v; replica status %+v\nreplica log:\n%s",
-					what, marker, serr, len(got), len(data), rerr, wserr, r.replicaStatus(), tail(rp.out.String(), 60))
+				// The newest journal in the store, beside the replica's
+				// served journal: a replica behind it stalled following.
+				newest := "none"
+				if js, err := os.ReadDir(filepath.Join(e.store, "meta", "journal")); err != nil {
+					newest = err.Error()
+				} else if len(js) > 0 {
+					newest = js[len(js)-1].Name()
+				}
+				t.Fatalf("%s: the new writer's file %s not on the replica within 30s: replica stat %v, read %d bytes (want %d) %v; on the writer: stat %v; newest journal in the store %s; replica status %+v\nreplica log:\n%s\nreplica goroutines:\n%s",
+					what, marker, serr, len(got), len(data), rerr, wserr, newest, r.replicaStatus(), tail(rp.out.String(), 60), r.goroutines())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
