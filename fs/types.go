@@ -6,6 +6,8 @@ package fs
 import (
 	"errors"
 	"time"
+
+	"ebbfs.dev/ebbfs/objstore"
 )
 
 // RootIno is the inode number of the root directory.
@@ -133,3 +135,9 @@ var (
 	ErrFenced       = errors.New("this writer was fenced by a newer writer")
 	ErrClosed       = errors.New("filesystem is closed")
 )
+
+// IsStoreUnavailable reports whether err is the object store being
+// unreachable, stalled or failing for now (objstore.ErrUnavailable),
+// including a request that ran out of time, which also matches
+// context.DeadlineExceeded: an I/O error, not the call being interrupted.
+func IsStoreUnavailable(err error) bool { return objstore.IsUnavailable(err) }

@@ -83,11 +83,15 @@ type diskCache struct {
 	done    chan struct{}
 	closeMu sync.Mutex
 	closed  bool
-	// overflow holds, under closeMu, frames of admitted objects that did
+	// overflow holds, under ovMu, frames of admitted objects that did
 	// not fit in the queue (overflowBytes of them); the writer takes them
 	// after its current put. Without it a writer uploading faster than the
 	// cache disk absorbed left whole segments of what it had just written
 	// out of the cache, and their reads went to the store.
+	//
+	// The writer never takes closeMu: sync holds it while it sends to a
+	// queue that only the writer empties.
+	ovMu          sync.Mutex
 	overflow      []diskPut
 	overflowBytes int64
 }
@@ -384,22 +388,19 @@ func (c *diskCache) writer() {
 	}
 }
 
-// putOverflow writes the overflow, oldest first, until it is empty.
+// putOverflow writes what the overflow holds, oldest first; what is
+// admitted meanwhile waits for the next call, so that the queue's puts and
+// sync markers are not held up behind a stream of uploads.
 func (c *diskCache) putOverflow() {
-	for {
-		c.closeMu.Lock()
-		if len(c.overflow) == 0 {
-			c.closeMu.Unlock()
-			return
-		}
-		it := c.overflow[0]
-		c.overflow[0] = diskPut{}
-		c.overflow = c.overflow[1:]
-		c.closeMu.Unlock()
+	c.ovMu.Lock()
+	its := c.overflow
+	c.overflow = nil
+	c.ovMu.Unlock()
+	for _, it := range its {
 		c.putRuns(it.runs)
-		c.closeMu.Lock()
+		c.ovMu.Lock()
 		c.overflowBytes -= it.cost
-		c.closeMu.Unlock()
+		c.ovMu.Unlock()
 	}
 }
 
@@ -782,14 +783,28 @@ func (c *diskCache) admit(obj []byte, ps []Pointer) {
 	cost := int64(len(obj))
 	if cost > diskQueueBytes || frames < cost/2 {
 		cost = 0
-		for k := range runs {
-			if cost+int64(len(runs[k].b)) > diskQueueBytes {
-				runs = runs[:k]
+		kept := runs[:0]
+		for _, r := range runs {
+			room := diskQueueBytes - cost
+			full := int64(len(r.b)) > room
+			if full { // keep the frames of this run that fit, and no more runs
+				n, m := 0, int64(0)
+				for n < len(r.es) && m+int64(r.es[n].length) <= room {
+					m += int64(r.es[n].length)
+					n++
+				}
+				r.es, r.b = r.es[:n], r.b[:m]
+			}
+			if len(r.es) > 0 {
+				r.b = bytes.Clone(r.b)
+				kept = append(kept, r)
+				cost += int64(len(r.b))
+			}
+			if full {
 				break
 			}
-			runs[k].b = bytes.Clone(runs[k].b)
-			cost += int64(len(runs[k].b))
 		}
+		runs = kept
 	}
 	if len(runs) == 0 {
 		c.skipped.Add(frames)
@@ -800,15 +815,20 @@ func (c *diskCache) admit(obj []byte, ps []Pointer) {
 		c.skipped.Add(frames - runBytes(runs))
 		return
 	}
+	// closeMu keeps a put from joining the overflow after close drained it.
 	c.closeMu.Lock()
-	if !c.closed && c.overflowBytes+cost <= diskOverflowBytes {
+	c.ovMu.Lock()
+	fits := !c.closed && c.overflowBytes+cost <= diskOverflowBytes
+	if fits {
 		c.overflow = append(c.overflow, it)
 		c.overflowBytes += cost
-		c.closeMu.Unlock()
+	}
+	c.ovMu.Unlock()
+	c.closeMu.Unlock()
+	if fits {
 		c.skipped.Add(frames - runBytes(runs))
 		return
 	}
-	c.closeMu.Unlock()
 	c.skipped.Add(frames)
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // fakeDisk is a filesystem of total bytes whose free space is what the
@@ -475,5 +476,64 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 	}
 	if n, entries := c.stats(); entries != 1+2*frames+2 {
 		t.Fatalf("disk cache holds %d entries (%d bytes) after the admissions were written, want %d", entries, n, 1+2*frames+2)
+	}
+}
+
+// TestSyncWithFullQueue: sync (and so forget, which reclamation calls
+// during reads) waits for its marker to get into a queue full by count
+// while holding closeMu; the writer must be able to empty the queue
+// meanwhile. An overflow step that took closeMu once deadlocked here.
+func TestSyncWithFullQueue(t *testing.T) {
+	f := newFixture(t, 1)
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	c := r.disk
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
+	setDisk(r, func(c *diskCache) {
+		c.writeFrames = func(data, idx string, off int64, b []byte, recs []diskEntry) error {
+			once.Do(func() { close(entered); <-release })
+			return writeSegmentFrames(data, idx, off, b, recs)
+		}
+	})
+	free := func() { unblock.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	frame := f.data[f.ps[0].Offset:f.ps[0].End()]
+	c.put(f.ps[0], frame)
+	<-entered
+	for len(c.q) < cap(c.q) {
+		c.put(f.ps[0], frame)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.forget(0x0000000700000000)
+	}()
+	time.Sleep(50 * time.Millisecond) // forget is waiting to queue its marker
+	free()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("forget did not return once the writer was released: the writer is stuck behind sync")
+	}
+}
+
+// TestAdmitCopiesUpToTheQueueBound: of a run of frames longer than the
+// queue's bound in an object too large to hold, the frames that fit are
+// copied out and cached; only the rest is left out.
+func TestAdmitCopiesUpToTheQueueBound(t *testing.T) {
+	f := newFixture(t, 1)
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	const frame, frames = 1 << 20, 70
+	ps := make([]Pointer, frames)
+	for j := range ps {
+		ps[j] = Pointer{Segment: 0x0000000800000000, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
+	}
+	r.Admit(make([]byte, 100<<20), ps)
+	r.disk.sync()
+	if _, entries := r.disk.stats(); entries != diskQueueBytes/frame {
+		t.Fatalf("%d frames cached, want %d (as many as the queue's bound holds)", entries, diskQueueBytes/frame)
+	}
+	if got, want := r.Stats().DiskSkipped, uint64(frames*frame-diskQueueBytes); got != want {
+		t.Fatalf("DiskSkipped = %d, want %d", got, want)
 	}
 }

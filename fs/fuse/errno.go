@@ -65,7 +65,9 @@ func mapErr(err error) (syscall.Errno, bool) {
 			return m.errno, true
 		}
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	// A store timeout also matches context.DeadlineExceeded: it is an
+	// I/O error, not the request being interrupted.
+	if !ebbfs.IsStoreUnavailable(err) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return syscall.EINTR, true
 	}
 	// Running out of local space (cache directory) is worth telling the

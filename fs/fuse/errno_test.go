@@ -9,6 +9,7 @@ import (
 	"go/parser"
 	"go/token"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"testing"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/objstore"
 )
 
 func TestToErrno(t *testing.T) {
@@ -190,6 +192,26 @@ func TestEverySentinelHasAnErrno(t *testing.T) {
 	for name, msg := range sentinels {
 		if !covered[msg] {
 			t.Errorf("fs.%s (%q) has no errno mapping: add it to errnoTable, or to eioSentinels if EIO is meant", name, msg)
+		}
+	}
+}
+
+// TestStoreTimeoutIsEIO: a store request that ran out of time (net/http's
+// header timeout, which matches context.DeadlineExceeded) and that the
+// store reports as unavailable is an I/O error, not an interrupted call;
+// the caller's own deadline or cancellation still gives EINTR.
+func TestStoreTimeoutIsEIO(t *testing.T) {
+	if !ebbfs.IsStoreUnavailable(objstore.ErrUnavailable) {
+		t.Fatal("the store's ErrUnavailable is not recognised")
+	}
+	timeout := fmt.Errorf("get segments/01/x: %w: %w", objstore.ErrUnavailable,
+		&url.Error{Op: "Get", URL: "http://s3/x", Err: context.DeadlineExceeded})
+	if errno, ok := mapErr(timeout); ok {
+		t.Errorf("mapErr(store timeout) = %v; want EIO (not mapped)", errno)
+	}
+	for _, err := range []error{context.Canceled, fmt.Errorf("read: %w", context.DeadlineExceeded)} {
+		if errno, ok := mapErr(err); !ok || errno != syscall.EINTR {
+			t.Errorf("mapErr(%v) = %v, %v; want EINTR", err, errno, ok)
 		}
 	}
 }

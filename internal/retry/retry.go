@@ -61,8 +61,14 @@ func Do(ctx context.Context, p Policy, what string, op func() error) error {
 		// "timeout awaiting response headers" matches
 		// context.DeadlineExceeded): a store that took the request and
 		// went silent, which is an outage to wait out.
-		if ctx.Err() != nil || errors.Is(err, context.Canceled) || (p.Permanent != nil && p.Permanent(err)) {
+		if errors.Is(err, context.Canceled) || (p.Permanent != nil && p.Permanent(err)) {
 			return err
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			if errors.Is(err, cerr) {
+				return err
+			}
+			return fmt.Errorf("%s: %w (last error: %v)", what, cerr, err)
 		}
 		wait := Jitter(delay)
 		if attempt == 1 || attempt%10 == 0 {

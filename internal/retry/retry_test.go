@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +88,21 @@ func TestTransportTimeoutIsRetried(t *testing.T) {
 	})
 	if !errors.Is(err, context.DeadlineExceeded) || calls != 1 {
 		t.Fatalf("ctx expired in the call: err %v after %d calls; want DeadlineExceeded after one", err, calls)
+	}
+}
+
+// Once ctx ends, the error returned says so even when the last attempt
+// failed for another reason (a 503 that arrived as the deadline passed).
+func TestContextEndWrapsLastError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	down := errors.New("503 SlowDown")
+	err := Do(ctx, Policy{Logger: quiet}, "put x", func() error {
+		<-ctx.Done()
+		return down
+	})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("err %v; want one wrapping DeadlineExceeded that names the last error", err)
 	}
 }
 
