@@ -358,23 +358,9 @@ func TestRelocatedStaysCached(t *testing.T) {
 // that finds the overflow full is left out, so the memory held stays
 // bounded.
 func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
-	f := newFixture(t, 8)
-	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	// The writer is held in its first write.
+	f, r, free := heldWriter(t, 8, 7)
 	c := r.disk
-	// Hold the writer in its first write, with the queue's bytes spent.
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	setDisk(r, func(c *diskCache) {
-		c.writeFrames = func(data, idx string, off int64, b []byte, recs []diskEntry) error {
-			once.Do(func() { close(entered); <-release })
-			return writeSegmentFrames(data, idx, off, b, recs)
-		}
-	})
-	var unblock sync.Once
-	free := func() { unblock.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the reader's Close, which waits for the writer
-	c.put(f.ps[7], f.data[f.ps[7].Offset:f.ps[7].End()])
-	<-entered
 	c.queued.Add(diskQueueBytes)
 
 	r.Admit(f.data, f.ps[:4]) // no room in the queue: into the overflow
@@ -418,21 +404,8 @@ func sumLength(ps []Pointer) int64 {
 // admitted frames; an object of which few frames are admitted (the cached
 // frames of a repack output) has them copied out and is not held.
 func TestAdmitBoundsHeldMemory(t *testing.T) {
-	f := newFixture(t, 1)
-	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	_, r, free := heldWriter(t, 1, 0)
 	c := r.disk
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once, unblock sync.Once
-	setDisk(r, func(c *diskCache) {
-		c.writeFrames = func(data, idx string, off int64, b []byte, recs []diskEntry) error {
-			once.Do(func() { close(entered); <-release })
-			return writeSegmentFrames(data, idx, off, b, recs)
-		}
-	})
-	free := func() { unblock.Do(func() { close(release) }) }
-	t.Cleanup(free) // before the reader's Close, which waits for the writer
-	c.put(f.ps[0], f.data[f.ps[0].Offset:f.ps[0].End()])
-	<-entered
 	held := func() int64 {
 		c.closeMu.Lock()
 		defer c.closeMu.Unlock()
@@ -484,24 +457,10 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 // while holding closeMu; the writer must be able to empty the queue
 // meanwhile. An overflow step that took closeMu once deadlocked here.
 func TestSyncWithFullQueue(t *testing.T) {
-	f := newFixture(t, 1)
-	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	f, r, free := heldWriter(t, 1, 0)
 	c := r.disk
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once, unblock sync.Once
-	setDisk(r, func(c *diskCache) {
-		c.writeFrames = func(data, idx string, off int64, b []byte, recs []diskEntry) error {
-			once.Do(func() { close(entered); <-release })
-			return writeSegmentFrames(data, idx, off, b, recs)
-		}
-	})
-	free := func() { unblock.Do(func() { close(release) }) }
-	t.Cleanup(free)
-	frame := f.data[f.ps[0].Offset:f.ps[0].End()]
-	c.put(f.ps[0], frame)
-	<-entered
 	for len(c.q) < cap(c.q) {
-		c.put(f.ps[0], frame)
+		c.put(f.ps[0], f.data[f.ps[0].Offset:f.ps[0].End()])
 	}
 	done := make(chan struct{})
 	go func() {
@@ -536,4 +495,26 @@ func TestAdmitCopiesUpToTheQueueBound(t *testing.T) {
 	if got, want := r.Stats().DiskSkipped, uint64(frames*frame-diskQueueBytes); got != want {
 		t.Fatalf("DiskSkipped = %d, want %d", got, want)
 	}
+}
+
+// heldWriter returns a fixture of n frames and a reader with a disk cache
+// whose writer is stopped in the write of frame i until free is called (at
+// the latest when the test ends, before the reader's Close, which waits
+// for the writer).
+func heldWriter(t *testing.T, n, i int) (*fixture, *Reader, func()) {
+	f := newFixture(t, n)
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
+	setDisk(r, func(c *diskCache) {
+		c.writeFrames = func(data, idx string, off int64, b []byte, recs []diskEntry) error {
+			once.Do(func() { close(entered); <-release })
+			return writeSegmentFrames(data, idx, off, b, recs)
+		}
+	})
+	free := func() { unblock.Do(func() { close(release) }) }
+	t.Cleanup(free)
+	r.disk.put(f.ps[i], f.data[f.ps[i].Offset:f.ps[i].End()])
+	<-entered
+	return f, r, free
 }
