@@ -752,11 +752,12 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 // admit queues the frames ps of the object obj (as uploaded or as
 // repack wrote it) for the disk cache without waiting. The put holds obj
 // until its frames are written, and so counts len(obj) against the
-// queue's bound, or, when the queue is full, against the overflow's; if it
-// fits in neither its frames are left out. Frames of an object larger than
-// the queue's bound, or taking less than half of it (the cached frames of
-// a repack output of up to 1 GiB), are copied out instead, so that the
-// object is not held. The caller must not change obj.
+// queue's bound, or, when the queue is full, against the overflow's. Frames
+// of an object larger than the queue's bound, or taking less than half of
+// it (the cached frames of a repack output of up to 1 GiB), are copied out
+// instead, so that the object is not held; so are, when the object fits in
+// neither whole, as many frames as the room left holds. Frames left out
+// are counted (skipped). The caller must not change obj.
 func (c *diskCache) admit(obj []byte, ps []Pointer) {
 	ok := func(p Pointer) bool {
 		return p.Length > 0 && p.End() <= uint64(len(obj)) && int64(p.Length) <= c.max
@@ -780,56 +781,76 @@ func (c *diskCache) admit(obj []byte, ps []Pointer) {
 		frames += int64(ps[j-1].End() - uint64(ps[i].Offset))
 		i = j
 	}
-	cost := int64(len(obj))
-	if cost > diskQueueBytes || frames < cost/2 {
-		cost = 0
-		kept := runs[:0]
-		for _, r := range runs {
-			room := diskQueueBytes - cost
-			full := int64(len(r.b)) > room
-			if full { // keep the frames of this run that fit, and no more runs
-				n, m := 0, int64(0)
-				for n < len(r.es) && m+int64(r.es[n].length) <= room {
-					m += int64(r.es[n].length)
-					n++
-				}
-				r.es, r.b = r.es[:n], r.b[:m]
+	held := int64(len(obj)) <= diskQueueBytes && frames >= int64(len(obj))/2
+	var put diskPut
+	if held {
+		put = diskPut{runs: runs, cost: int64(len(obj))}
+	} else {
+		put = copyRuns(runs, diskQueueBytes)
+	}
+	placed := len(put.runs) > 0 && c.place(put)
+	if !placed && held {
+		put = copyRuns(runs, c.room())
+		placed = len(put.runs) > 0 && c.place(put)
+	}
+	if !placed {
+		put.runs = nil
+	}
+	c.skipped.Add(frames - runBytes(put.runs))
+}
+
+// copyRuns copies the frames of runs, in order, up to budget bytes, into a
+// put that holds only them.
+func copyRuns(runs []diskRun, budget int64) diskPut {
+	var put diskPut
+	for _, r := range runs {
+		room := budget - put.cost
+		full := int64(len(r.b)) > room
+		if full { // keep the frames of this run that fit, and no more runs
+			n, m := 0, int64(0)
+			for n < len(r.es) && m+int64(r.es[n].length) <= room {
+				m += int64(r.es[n].length)
+				n++
 			}
-			if len(r.es) > 0 {
-				r.b = bytes.Clone(r.b)
-				kept = append(kept, r)
-				cost += int64(len(r.b))
-			}
-			if full {
-				break
-			}
+			r.es, r.b = r.es[:n], r.b[:m]
 		}
-		runs = kept
+		if len(r.es) > 0 {
+			r.b = bytes.Clone(r.b)
+			put.runs = append(put.runs, r)
+			put.cost += int64(len(r.b))
+		}
+		if full {
+			break
+		}
 	}
-	if len(runs) == 0 {
-		c.skipped.Add(frames)
-		return
-	}
-	it := diskPut{runs: runs, cost: cost}
-	if c.enqueue(it, cost) {
-		c.skipped.Add(frames - runBytes(runs))
-		return
+	return put
+}
+
+// place queues it, or puts it in the overflow when the queue has no room
+// for it, and reports whether either took it.
+func (c *diskCache) place(it diskPut) bool {
+	if c.enqueue(it, it.cost) {
+		return true
 	}
 	// closeMu keeps a put from joining the overflow after close drained it.
 	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
 	c.ovMu.Lock()
-	fits := !c.closed && c.overflowBytes+cost <= diskOverflowBytes
-	if fits {
-		c.overflow = append(c.overflow, it)
-		c.overflowBytes += cost
+	defer c.ovMu.Unlock()
+	if c.closed || c.overflowBytes+it.cost > diskOverflowBytes {
+		return false
 	}
+	c.overflow = append(c.overflow, it)
+	c.overflowBytes += it.cost
+	return true
+}
+
+// room is the most that a put could hold and still be placed now.
+func (c *diskCache) room() int64 {
+	c.ovMu.Lock()
+	ov := diskOverflowBytes - c.overflowBytes
 	c.ovMu.Unlock()
-	c.closeMu.Unlock()
-	if fits {
-		c.skipped.Add(frames - runBytes(runs))
-		return
-	}
-	c.skipped.Add(frames)
+	return max(0, diskQueueBytes-c.queued.Load(), ov)
 }
 
 func runBytes(runs []diskRun) int64 {
