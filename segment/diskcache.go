@@ -78,7 +78,7 @@ type diskCache struct {
 	// Writes happen on one background goroutine so that reads never wait
 	// for them; when the queue is full a frame is simply not cached.
 	q       chan diskPut
-	queued  atomic.Int64 // frame bytes in q
+	queued  atomic.Int64 // bytes of memory the puts in q hold
 	skipped atomic.Int64 // frame bytes left out: the queue was full
 	done    chan struct{}
 	closeMu sync.Mutex
@@ -861,8 +861,8 @@ func runBytes(runs []diskRun) int64 {
 	return n
 }
 
-// enqueue queues it, holding n frame bytes, unless the queue is full, and
-// reports whether it did.
+// enqueue queues it, which holds n bytes of memory, unless the queue is
+// full, and reports whether it did.
 func (c *diskCache) enqueue(it diskPut, n int64) bool {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
