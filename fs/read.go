@@ -64,8 +64,7 @@ func (e *Engine) storeRead(ctx context.Context, what string, op func() error) er
 func (e *Engine) fetch(ctx context.Context, misses []storeMiss) error {
 	for _, m := range misses {
 		err := e.storeRead(ctx, "read "+segment.Key(m.ptrs[0].Segment), func() error {
-			_, err := e.rd.ReadRun(ctx, m.ids, m.ptrs)
-			return err
+			return e.rd.Fetch(ctx, m.ids, m.ptrs)
 		})
 		if err != nil {
 			return err
@@ -268,7 +267,7 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := e.rd.ReadRun(ctx, ids, ptrs); err != nil {
+			if err := e.rd.Fetch(ctx, ids, ptrs); err != nil {
 				e.log.Debug("read-ahead", "ino", ino, "err", err)
 			}
 		}()
@@ -328,7 +327,9 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		if len(runIdx) == 0 {
 			return nil
 		}
-		datas, err := e.rd.ReadRun(ctx, runIDs, runPtrs)
+		// The plaintexts are lent until copied into p: their buffers then
+		// serve other runs.
+		datas, loan, err := e.rd.ReadRunLent(ctx, runIDs, runPtrs)
 		if misses != nil && missed(ctx, err) {
 			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
 			return nil
@@ -339,6 +340,7 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		for i, idx := range runIdx {
 			place(idx, datas[i])
 		}
+		loan.Release()
 		return nil
 	}
 	committed, err := e.pointersIn(n.ino, first, last+1)

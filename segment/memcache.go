@@ -23,6 +23,23 @@ type memRun struct {
 	entries []*memEntry
 	cost    int64
 	el      *list.Element
+	cached  bool // in the cache's LRU
+
+	// A run whose plaintexts live in a pooled buffer (buf, from
+	// runBufs) gives it back for reuse once it has left the cache and no
+	// caller can still read it: refs counts loans not yet released
+	// (ReadRunLent), and escaped is set when a frame of the run was
+	// handed out with no release (Read, ReadRun, ReadPart), after which
+	// the buffer is left to the garbage collector. The Reader's lock
+	// guards these fields.
+	buf     []byte
+	refs    int
+	escaped bool
+}
+
+// reusable reports whether run's pooled buffer may be reused now.
+func (r *memRun) reusable() bool {
+	return r.buf != nil && !r.cached && r.refs == 0 && !r.escaped
 }
 
 // memCache is a byte-bounded LRU of runs of plaintext frames, looked up by
@@ -36,6 +53,8 @@ type memCache struct {
 	n    int        // frames cached
 	lru  *list.List // front = most recent; values *memRun
 	m    map[uint64]map[uint32]*memEntry
+	// left, if set, is called with each run that leaves the cache.
+	left func(*memRun)
 }
 
 func newMemCache(max int64) *memCache {
@@ -43,12 +62,22 @@ func newMemCache(max int64) *memCache {
 }
 
 func (c *memCache) get(seg uint64, off uint32, id FrameID) ([]byte, bool) {
-	e, ok := c.m[seg][off]
-	if !ok || e.id != id {
+	e := c.entry(seg, off, id)
+	if e == nil {
 		return nil, false
 	}
-	c.lru.MoveToFront(e.run.el)
 	return e.data, true
+}
+
+// entry returns the cached frame at (seg, off) sealed for id, refreshing
+// its run, or nil.
+func (c *memCache) entry(seg uint64, off uint32, id FrameID) *memEntry {
+	e, ok := c.m[seg][off]
+	if !ok || e.id != id {
+		return nil
+	}
+	c.lru.MoveToFront(e.run.el)
+	return e
 }
 
 // put caches one frame (the cache now shares data).
@@ -60,9 +89,16 @@ func (c *memCache) put(seg uint64, off uint32, id FrameID, data []byte) {
 // they hold (the shared buffer plus any frame data outside it). A frame
 // already cached keeps its entry.
 func (c *memCache) putRun(seg uint64, offs []uint32, ids []FrameID, datas [][]byte, bytes int64) {
-	r := &memRun{cost: bytes + int64(len(offs))*memEntryOverhead}
+	c.add(seg, &memRun{}, offs, ids, datas, bytes)
+}
+
+// add is putRun for a run the caller made (and may hold on to); it
+// reports whether the run is cached (none of its frames may be new, or it
+// may be larger than the whole cache).
+func (c *memCache) add(seg uint64, r *memRun, offs []uint32, ids []FrameID, datas [][]byte, bytes int64) bool {
+	r.cost = bytes + int64(len(offs))*memEntryOverhead
 	if r.cost > c.max {
-		return
+		return false
 	}
 	for c.used+r.cost > c.max && c.lru.Len() > 0 {
 		c.remove(c.lru.Back().Value.(*memRun))
@@ -81,15 +117,21 @@ func (c *memCache) putRun(seg uint64, offs []uint32, ids []FrameID, datas [][]by
 		r.entries = append(r.entries, e)
 	}
 	if len(r.entries) == 0 {
-		return
+		return false
 	}
 	r.el = c.lru.PushFront(r)
+	r.cached = true
 	c.used += r.cost
 	c.n += len(r.entries)
+	return true
 }
 
 func (c *memCache) remove(r *memRun) {
 	c.lru.Remove(r.el)
+	r.cached = false
+	if c.left != nil {
+		defer c.left(r)
+	}
 	c.used -= r.cost
 	c.n -= len(r.entries)
 	for _, e := range r.entries {

@@ -1,7 +1,6 @@
 package segment
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -98,6 +97,8 @@ type Reader struct {
 		closed bool
 	}
 
+	bufs runBufs // run buffers to reuse (runbuf.go)
+
 	memHits, diskHits, misses           atomic.Uint64
 	gets, fetched, corrupt, diskCorrupt atomic.Uint64
 }
@@ -123,6 +124,7 @@ func NewReader(o ReaderOptions) (*Reader, error) {
 	r := &Reader{store: o.Store, k: o.Keys, log: o.Logger}
 	if o.MemoryBytes > 0 {
 		r.mu.mem = newMemCache(o.MemoryBytes)
+		r.mu.mem.left = r.runLeft
 	}
 	r.mu.logged = map[corruptSite]struct{}{}
 	r.mu.flight = map[corruptSite]*fetchCall{}
@@ -303,10 +305,11 @@ func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 		return nil, false, errClosed
 	}
 	if r.mu.mem != nil {
-		if b, ok := r.mu.mem.get(p.Segment, p.Offset, id); ok {
+		if e := r.mu.mem.entry(p.Segment, p.Offset, id); e != nil {
+			r.hold(e.run, nil)
 			r.mu.Unlock()
 			r.memHits.Add(1)
-			return b, true, nil
+			return e.data, true, nil
 		}
 	}
 	r.mu.Unlock()
@@ -415,10 +418,11 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		return nil, errClosed
 	}
 	if r.mu.mem != nil {
-		if b, ok := r.mu.mem.get(p.Segment, p.Offset, id); ok {
+		if e := r.mu.mem.entry(p.Segment, p.Offset, id); e != nil {
+			r.hold(e.run, nil)
 			r.mu.Unlock()
 			r.memHits.Add(1)
-			return part(b, from, to), nil
+			return part(e.data, from, to), nil
 		}
 	}
 	r.mu.Unlock()
@@ -532,15 +536,26 @@ func (r *Reader) checkRun(ps []Pointer) error {
 	return nil
 }
 
-// fetchGroup GETs the span of one group and returns the buffer and each
-// frame's bytes within it.
-func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([]byte, [][]byte, error) {
+// fetchGroup GETs the span of one group and returns the buffer, each
+// frame's bytes within it, and whether the buffer is a pooled one to give
+// back once they are opened: only when pool is set, for a caller that
+// does not keep the frames (as a disk cache does).
+func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool bool) ([]byte, [][]byte, bool, error) {
 	start, end := uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
 	key, n := Key(ps[g[0]].Segment), int64(end-start)
-	buf := make([]byte, n)
+	var buf []byte
+	pooled := false
+	if pool {
+		buf, pooled = r.bufs.get(int(n))
+	} else {
+		buf = make([]byte, n)
+	}
 	r.gets.Add(1)
 	if err := objstore.ReadRange(ctx, r.store, key, int64(start), buf); err != nil {
-		return nil, nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
+		if pooled {
+			r.bufs.put(buf)
+		}
+		return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
 	}
 	r.fetched.Add(uint64(n))
 	out := make([][]byte, len(g))
@@ -549,52 +564,108 @@ func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int) ([]byte,
 		a := uint64(p.Offset) - start
 		out[j] = buf[a : a+uint64(p.Length) : a+uint64(p.Length)]
 	}
-	return buf, out, nil
+	return buf, out, pooled, nil
 }
 
-// acceptRun authenticates the frames of one coalesced GET on every core,
-// decrypting them in place, and caches them as one run that shares the
-// buffer. It returns the plaintexts in the order of g.
-func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, buf []byte, frames [][]byte) ([][]byte, error) {
-	var sealed [][]byte // the disk cache keeps sealed frames: copy them first
-	if r.disk != nil {
-		sealed = make([][]byte, len(g))
-		for j := range g {
-			sealed[j] = bytes.Clone(frames[j])
-		}
+// openRun authenticates and decrypts the frames ps[i], i in g, whose
+// sealed bytes are frames (in the order of g), on every core, laying
+// their plaintexts end to end in one run buffer (a pooled one when they
+// fit). It returns the run to cache (not yet cached or held), each
+// frame's plaintext (nil where it failed), the memory they hold, and each
+// frame's error. frames are left as they were.
+func (r *Reader) openRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte) (*memRun, [][]byte, int64, []error) {
+	at := make([]int, len(g)+1)
+	for j, i := range g {
+		at[j+1] = at[j] + int(ps[i].PlainLen)
+	}
+	buf, pooled := r.bufs.get(at[len(g)])
+	run := &memRun{}
+	if pooled {
+		run.buf = buf
 	}
 	plains := make([][]byte, len(g))
-	outside := make([]bool, len(g)) // decompressed into its own slice
 	errs := make([]error, len(g))
 	forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
 		i := g[j]
-		out, inPlace, err := openFrameInPlace(r.k, ids[i], frames[j], int(ps[i].PlainLen))
-		if err != nil {
-			errs[j] = r.reportCorrupt(ps[i], "", err)
-			return
-		}
-		plains[j], outside[j] = out, !inPlace
-		if r.disk != nil { // only authenticated frames are cached
-			r.disk.putOwned(ps[i], sealed[j])
-		}
+		plains[j], errs[j] = decodeFrameTo(buf[at[j]:at[j]:at[j+1]], r.k, ids[i], frames[j], int(ps[i].PlainLen))
 	})
+	held := int64(cap(buf))
+	for j := range g {
+		if errs[j] != nil {
+			plains[j] = nil
+			continue
+		}
+		if p := plains[j]; len(p) > 0 && &p[0] != &buf[at[j]] {
+			held += int64(cap(p)) // decoded outside the buffer: a frame longer than its pointer said
+		}
+	}
+	return run, plains, held, errs
+}
+
+// hold records a caller reading frames of run: until loan is released,
+// or for good when loan is nil. Caller holds r.mu.
+func (r *Reader) hold(run *memRun, loan *Loan) {
+	if loan == nil {
+		run.escaped = true
+		return
+	}
+	if k := len(loan.runs); k > 0 && loan.runs[k-1] == run {
+		return
+	}
+	run.refs++
+	loan.runs = append(loan.runs, run)
+}
+
+// cacheRun caches the frames ps[i], i in g (those with a plaintext), as
+// run, held for the caller by loan. Caller holds r.mu.
+func (r *Reader) cacheRun(run *memRun, ids []FrameID, ps []Pointer, g []int, plains [][]byte, held int64, loan *Loan) {
+	r.hold(run, loan)
+	if r.mu.mem == nil {
+		return
+	}
+	var offs []uint32
+	var runIDs []FrameID
+	var datas [][]byte
+	for j, i := range g {
+		if plains[j] != nil {
+			offs, runIDs, datas = append(offs, ps[i].Offset), append(runIDs, ids[i]), append(datas, plains[j])
+		}
+	}
+	if len(offs) > 0 {
+		r.mu.mem.add(ps[g[0]].Segment, run, offs, runIDs, datas, held)
+	}
+}
+
+// runLeft is the memory cache's note that run has left it: its buffer is
+// reused if nothing reads it. Caller holds r.mu.
+func (r *Reader) runLeft(run *memRun) {
+	if run.reusable() {
+		r.bufs.put(run.buf)
+		run.buf = nil
+	}
+}
+
+// acceptRun authenticates and decrypts the frames of one coalesced GET
+// (openRun), hands them to the disk cache, and caches them in memory as
+// one run. It returns the plaintexts in the order of g.
+func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte, loan *Loan) ([][]byte, error) {
+	run, plains, held, errs := r.openRun(ids, ps, g, frames)
+	for j, i := range g {
+		if errs[j] != nil {
+			errs[j] = r.reportCorrupt(ps[i], "", errs[j])
+		} else if r.disk != nil { // only authenticated frames are cached
+			r.disk.putOwned(ps[i], frames[j])
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
+		if run.buf != nil {
+			r.bufs.put(run.buf)
+		}
 		return nil, err
 	}
 	r.misses.Add(uint64(len(g)))
-	held := int64(len(buf))
-	offs := make([]uint32, len(g))
-	runIDs := make([]FrameID, len(g))
-	for j, i := range g {
-		offs[j], runIDs[j] = ps[i].Offset, ids[i]
-		if outside[j] {
-			held += int64(cap(plains[j]))
-		}
-	}
 	r.mu.Lock()
-	if r.mu.mem != nil {
-		r.mu.mem.putRun(ps[g[0]].Segment, offs, runIDs, plains, held)
-	}
+	r.cacheRun(run, ids, ps, g, plains, held, loan)
 	r.mu.Unlock()
 	return plains, nil
 }
@@ -605,6 +676,53 @@ func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, buf []byte, fra
 // starts another GET) and authenticated on every core. Results are in the
 // order of ps and, as with Read, must not be modified.
 func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, error) {
+	return r.readRun(ctx, ids, ps, nil)
+}
+
+// Loan is the plaintexts ReadRunLent handed out. They may be read until
+// Release, and not after: their memory is then used again.
+type Loan struct {
+	r    *Reader
+	runs []*memRun
+}
+
+// Release ends the loan. Releasing a nil or released Loan does nothing.
+func (l *Loan) Release() {
+	if l == nil || l.r == nil {
+		return
+	}
+	r := l.r
+	r.mu.Lock()
+	for _, run := range l.runs {
+		run.refs--
+		r.runLeft(run) // reused now if it has left the cache
+	}
+	r.mu.Unlock()
+	l.r, l.runs = nil, nil
+}
+
+// ReadRunLent is ReadRun for a caller that reads the plaintexts only
+// until it releases the loan (as the file system copies them into a
+// reply): their buffers can then be used again for other runs, which
+// spares a sequential reader clearing new memory for every run.
+func (r *Reader) ReadRunLent(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, *Loan, error) {
+	loan := &Loan{r: r}
+	out, err := r.readRun(ctx, ids, ps, loan)
+	if err != nil {
+		loan.Release()
+		return nil, nil, err
+	}
+	return out, loan, nil
+}
+
+// Fetch reads the frames as ReadRun does, into the caches only.
+func (r *Reader) Fetch(ctx context.Context, ids []FrameID, ps []Pointer) error {
+	_, loan, err := r.ReadRunLent(ctx, ids, ps)
+	loan.Release()
+	return err
+}
+
+func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan *Loan) ([][]byte, error) {
 	if len(ids) != len(ps) {
 		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
 	}
@@ -619,12 +737,13 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 		return nil, errClosed
 	}
 	for i := range ps {
-		b, ok := []byte(nil), false
+		var e *memEntry
 		if r.mu.mem != nil {
-			b, ok = r.mu.mem.get(ps[i].Segment, ps[i].Offset, ids[i])
+			e = r.mu.mem.entry(ps[i].Segment, ps[i].Offset, ids[i])
 		}
-		if ok {
-			out[i] = b
+		if e != nil {
+			out[i] = e.data
+			r.hold(e.run, loan)
 			r.memHits.Add(1)
 		} else {
 			want = append(want, i)
@@ -632,14 +751,17 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 	}
 	r.mu.Unlock()
 	if r.disk != nil && len(want) > 0 {
-		want = r.readDiskRuns(ids, ps, want, out)
+		want = r.readDiskRuns(ids, ps, want, out, loan)
 	}
 	for _, g := range runGroups(ps, want) {
-		buf, frames, err := r.fetchGroup(ctx, ps, g)
+		buf, frames, pooled, err := r.fetchGroup(ctx, ps, g, r.disk == nil)
 		if err != nil {
 			return nil, err
 		}
-		plains, err := r.acceptRun(ids, ps, g, buf, frames)
+		plains, err := r.acceptRun(ids, ps, g, frames, loan)
+		if pooled {
+			r.bufs.put(buf)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -651,12 +773,12 @@ func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]
 }
 
 // readDiskRuns reads the frames ps[i], i in want, that the disk cache
-// holds: each run of them with one read of its span, authenticated on
-// every core and decrypted in place, then cached in memory as one run
-// sharing the buffer (as acceptRun does with a GET). It fills out and
-// returns the indexes still wanted: frames the cache lacks, could not
-// read, or held damaged (those are dropped from it).
-func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]byte) []int {
+// holds: each run of them with one read of its span, authenticated and
+// decrypted on every core (openRun), then cached in memory as one run (as
+// acceptRun does with a GET). It fills out and returns the indexes still
+// wanted: frames the cache lacks, could not read, or held damaged (those
+// are dropped from it).
+func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]byte, loan *Loan) []int {
 	have := r.disk.present(ps, want)
 	if len(have) == 0 {
 		return want
@@ -673,23 +795,15 @@ func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]b
 			}
 			continue
 		}
-		plains := make([][]byte, len(g))
-		outside := make([]bool, len(g))
-		errs := make([]error, len(g))
-		forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
-			p := ps[g[j]]
-			a, b := int64(p.Offset)-start, int64(p.End())-start
-			if b > int64(len(buf)) {
-				errs[j] = fmt.Errorf("%d bytes, want %d", max(int64(len(buf))-a, 0), p.Length)
-				return
-			}
-			plain, inPlace, err := openFrameInPlace(r.k, ids[g[j]], buf[a:b:b], int(p.PlainLen))
-			plains[j], outside[j], errs[j] = plain, !inPlace, err
-		})
-		held := int64(len(buf))
-		var offs []uint32
-		var runIDs []FrameID
-		var runPlains [][]byte
+		// Frames past a short read are damaged: cut them short, so that
+		// openRun finds them so.
+		frames := make([][]byte, len(g))
+		for j, i := range g {
+			a, b := min(int64(ps[i].Offset)-start, int64(len(buf))), min(int64(ps[i].End())-start, int64(len(buf)))
+			frames[j] = buf[a:b:b]
+		}
+		run, plains, held, errs := r.openRun(ids, ps, g, frames)
+		n := 0
 		for j, i := range g {
 			if errs[j] != nil {
 				// A damaged cache entry (or a pointer for another id):
@@ -699,19 +813,18 @@ func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]b
 				continue
 			}
 			out[i], done[i] = plains[j], true
-			offs, runIDs, runPlains = append(offs, ps[i].Offset), append(runIDs, ids[i]), append(runPlains, plains[j])
-			if outside[j] {
-				held += int64(cap(plains[j]))
-			}
+			n++
 		}
-		r.diskHits.Add(uint64(len(offs)))
-		if len(offs) > 0 {
-			r.mu.Lock()
-			if r.mu.mem != nil {
-				r.mu.mem.putRun(ps[g[0]].Segment, offs, runIDs, runPlains, held)
+		r.diskHits.Add(uint64(n))
+		if n == 0 {
+			if run.buf != nil {
+				r.bufs.put(run.buf)
 			}
-			r.mu.Unlock()
+			continue
 		}
+		r.mu.Lock()
+		r.cacheRun(run, ids, ps, g, plains, held, loan)
+		r.mu.Unlock()
 	}
 	rest := want[:0:0]
 	for _, i := range want {
@@ -743,7 +856,7 @@ func (r *Reader) ReadEncoded(ctx context.Context, ps []Pointer) ([][]byte, error
 		all[i] = i
 	}
 	for _, g := range runGroups(ps, all) {
-		_, frames, err := r.fetchGroup(ctx, ps, g)
+		_, frames, _, err := r.fetchGroup(ctx, ps, g, false)
 		if err != nil {
 			return nil, err
 		}

@@ -674,3 +674,64 @@ func TestMemCacheDrop(t *testing.T) {
 		t.Fatalf("after forget: %d frames, used %d, %d segments", c.len(), c.used, len(c.m))
 	}
 }
+
+// TestRunBuffersReusedOnlyWhenUnread: the buffer of a run the memory
+// cache let go is used again for another run, but only once nothing can
+// read it: not while a loan of it is out, and never after a frame of it
+// was handed out without one.
+func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
+	const per = 40 // 40 extents of up to 32 KiB: a run over half a pooled buffer
+	f := newFixture(t, 6*per)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{MemoryBytes: runBufSize + per*memEntryOverhead + 1000}) // one run
+	group := func(g int) ([]FrameID, []Pointer) { return f.ids[g*per : (g+1)*per], f.ps[g*per : (g+1)*per] }
+	check := func(what string, g int, datas [][]byte) {
+		t.Helper()
+		for j, d := range datas {
+			if !bytes.Equal(d, f.plains[g*per+j]) {
+				t.Fatalf("%s: frame %d of run %d changed under its reader", what, j, g)
+			}
+		}
+	}
+	lent := func(g int) ([][]byte, *Loan) {
+		t.Helper()
+		ids, ps := group(g)
+		datas, loan, err := r.ReadRunLent(ctx, ids, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("lent", g, datas)
+		return datas, loan
+	}
+	fetch := func(g int) {
+		t.Helper()
+		ids, ps := group(g)
+		if err := r.Fetch(ctx, ids, ps); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	a, loanA := lent(0)
+	fetch(1) // pushes run 0 out of the cache; it is on loan
+	fetch(2) // pushes run 1 out: its buffer is free
+	fetch(3) // takes run 1's buffer
+	check("on loan while others were read", 0, a)
+	loanA.Release() // run 0 is out of the cache: its buffer is free now
+	e, loanE := lent(4)
+	if &e[0][0] != &a[0][0] {
+		t.Fatal("a released run's buffer was not used again")
+	}
+	loanE.Release()
+
+	// A frame handed out by ReadRun has no release: its buffer is never
+	// used again.
+	ids, ps := group(5)
+	kept, err := r.ReadRun(ctx, ids, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := range 5 {
+		fetch(g)
+	}
+	check("handed out without a loan", 5, kept)
+}

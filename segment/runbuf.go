@@ -1,0 +1,66 @@
+package segment
+
+import "sync"
+
+// Run buffers. A sequential reader fetches runs of about 2 MiB of frames
+// (fs read-ahead and the kernel's read requests) and decrypts each into
+// one buffer of plaintext that the memory cache keeps. A new buffer per
+// run cost the cold sequential read a fifth of its CPU: Go clears each
+// new allocation, and under the memory limit the runtime hands freed
+// pages back to the kernel, which faults them in again. So the buffers
+// of runs that the cache has let go, and that no caller still reads, are
+// kept here and used again; so are the buffers the sealed bytes are read
+// into before they are decrypted.
+//
+// A buffer is reused only when nothing can read it any more: runs track
+// loans (memRun.refs) and frames handed out without one (memRun.escaped).
+
+// runBufSize is the capacity of a pooled buffer: a read-ahead run
+// (prefetchRun in fs, 2 MiB, plus its last frame) or a read of 64 extents
+// of 32 KiB, with room for the pieces' nonces and tags. A run larger than
+// that, or smaller than half of it, gets a buffer of its own: the memory
+// cache charges a run for its whole buffer, and a random read's frame
+// must not take 2 MiB of it.
+const runBufSize = 2<<20 + 192<<10
+
+// runBufKeep bounds the buffers kept while unused: 18 MiB, outside the
+// memory cache's budget.
+const runBufKeep = 8
+
+// runBufs is a free list of run buffers.
+type runBufs struct {
+	mu   sync.Mutex
+	free [][]byte
+}
+
+// get returns a buffer of n bytes and whether it is a pooled one, which
+// put may take back. A pooled buffer's bytes are whatever its last user
+// left.
+func (p *runBufs) get(n int) (b []byte, pooled bool) {
+	if n > runBufSize || n <= runBufSize/2 {
+		return make([]byte, n), false
+	}
+	p.mu.Lock()
+	if k := len(p.free); k > 0 {
+		b = p.free[k-1]
+		p.free[k-1] = nil
+		p.free = p.free[:k-1]
+	}
+	p.mu.Unlock()
+	if b == nil {
+		b = make([]byte, runBufSize)
+	}
+	return b[:n], true
+}
+
+// put takes back a pooled buffer that nothing reads any more.
+func (p *runBufs) put(b []byte) {
+	if cap(b) != runBufSize {
+		return
+	}
+	p.mu.Lock()
+	if len(p.free) < runBufKeep {
+		p.free = append(p.free, b[:0])
+	}
+	p.mu.Unlock()
+}
