@@ -104,7 +104,7 @@ func (e *Engine) baseLocked(ctx context.Context, n *inode, idx uint64) ([]byte, 
 // Read reads up to len(p) bytes at off. It returns 0 at or past the end.
 func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
 	if !e.opts.ReadOnly || e.opts.PinManifest != 0 {
-		return e.read(ctx, ino, p, off)
+		return e.read(ctx, ino, p, off, nil)
 	}
 	nr, gone, err := e.replicaRead(ctx, ino, p, off)
 	if gone {
@@ -140,11 +140,50 @@ func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int
 func (e *Engine) replicaRead(ctx context.Context, ino uint64, p []byte, off int64) (int, bool, error) {
 	e.follow.view.RLock()
 	defer e.follow.view.RUnlock()
-	nr, err := e.read(ctx, ino, p, off)
+	nr, err := e.read(ctx, ino, p, off, nil)
 	return nr, err == nil && nr > 0 && e.goneOnWriter(ino), err
 }
 
-func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
+// ReadVec is Read for a reply that can be sent from several slices
+// without copying them into one (FUSE's vectored replies). It returns
+// the bytes read as slices, in order, n in all: slices of p, and
+// plaintexts the segment reader lends until release is called, which the
+// caller must do once the reply is sent (release may be nil). Only the
+// writer lends; a replica's read is Read's.
+func (e *Engine) ReadVec(ctx context.Context, ino uint64, p []byte, off int64) (vecs [][]byte, release func(), n int, err error) {
+	if e.opts.ReadOnly {
+		n, err = e.Read(ctx, ino, p, off)
+		return [][]byte{p[:max(n, 0)]}, nil, n, err
+	}
+	v := &readVec{}
+	n, err = e.read(ctx, ino, p, off, v)
+	if err != nil || n == 0 {
+		v.release()
+		return [][]byte{p[:0]}, nil, n, err
+	}
+	if len(v.loans) == 0 {
+		return v.vecs, nil, n, nil
+	}
+	return v.vecs, v.release, n, nil
+}
+
+// readVec collects the bytes of one read as slices, for ReadVec: ranges
+// of the caller's buffer, and plaintexts of frames on loan from the
+// segment reader.
+type readVec struct {
+	vecs  [][]byte
+	loans []*segment.Loan
+}
+
+// release releases the loans and forgets the slices.
+func (v *readVec) release() {
+	for _, l := range v.loans {
+		l.Release()
+	}
+	v.vecs, v.loans = nil, nil
+}
+
+func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64, vec *readVec) (int, error) {
 	if off < 0 {
 		return 0, ErrInvalid
 	}
@@ -163,20 +202,24 @@ func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64) (int
 		}
 	}
 	var misses []storeMiss
-	nr, err := e.readOnce(e.cacheOnly(ctx), n, p, off, &misses)
+	nr, err := e.readOnce(e.cacheOnly(ctx), n, p, off, &misses, vec)
 	if len(misses) == 0 {
 		return nr, err
+	}
+	if vec != nil {
+		vec.release() // an incomplete attempt
 	}
 	if err := e.fetch(ctx, misses); err != nil {
 		return 0, err
 	}
-	return e.readOnce(ctx, n, p, off, nil)
+	return e.readOnce(ctx, n, p, off, nil, vec)
 }
 
 // readOnce is read under the inode's lock, one attempt. With misses, what
 // a cache-only attempt (ctx from cacheOnly) did not find is appended to it
-// (the result is then incomplete).
-func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, misses *[]storeMiss) (int, error) {
+// (the result is then incomplete). With vec, the bytes are collected
+// there (readRangeLocked).
+func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, misses *[]storeMiss, vec *readVec) (int, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.attr.IsDir() {
@@ -191,7 +234,7 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 	}
 	end := off + int64(len(p))
 	random := n.seqEnd.Load() != off
-	if err := e.readRangeLocked(ctx, n, p, off, random, misses); err != nil {
+	if err := e.readRangeLocked(ctx, n, p, off, random, misses, vec); err != nil {
 		return 0, err
 	}
 	if misses != nil && len(*misses) > 0 {
@@ -279,9 +322,9 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 // pieces, and places them with place; with misses, a cache-only attempt
 // that did not find them records the extent there instead.
 func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Pointer, from, to int64,
-	place func(idx uint64, data []byte, base int64), misses *[]storeMiss) error {
+	place func(idx uint64, data []byte, base int64, lent bool), misses *[]storeMiss) error {
 	if from >= to { // only the zeroes past the stored bytes
-		place(idx, nil, 0)
+		place(idx, nil, 0, false)
 		return nil
 	}
 	id := segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}
@@ -293,14 +336,29 @@ func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Po
 	if err != nil {
 		return err
 	}
-	place(idx, data, from)
+	place(idx, data, from, false)
 	return nil
+}
+
+// uncommitted returns the bytes of extent idx that are not read from a
+// committed frame, with ok: the write buffers' (dirty, or being flushed),
+// or nil for a hole; committed holds the committed extents from idx on.
+func uncommitted(n *inode, idx uint64, committed []extentPointer) (data []byte, ok bool) {
+	if b := n.dirty[idx]; b != nil {
+		return b, true
+	}
+	if f := n.flushing[idx]; f != nil {
+		return f.data, true
+	}
+	return nil, len(committed) == 0 || committed[0].idx != idx
 }
 
 // readRangeLocked fills p from off, fetching runs of committed extents that
 // sit next to each other in one segment with one request. With misses, the
-// runs a cache-only attempt did not find are appended to it instead.
-func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64, random bool, misses *[]storeMiss) error {
+// runs a cache-only attempt did not find are appended to it instead. With
+// vec, the bytes are also listed there in order: the plaintexts of those
+// runs on loan, not copied into p, and p's ranges holding the rest.
+func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off int64, random bool, misses *[]storeMiss, vec *readVec) error {
 	es := int64(n.es())
 	first := uint64(off / es)
 	last := uint64((off + int64(len(p)) - 1) / es)
@@ -308,8 +366,9 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 	var runIDs []segment.FrameID
 	var runPtrs []segment.Pointer
 	// placeFrom copies extent idx's part of [off, off+len(p)) into p from data,
-	// which holds the extent's bytes from base on (zeroes after it).
-	placeFrom := func(idx uint64, data []byte, base int64) {
+	// which holds the extent's bytes from base on (zeroes after it). With
+	// vec, data that is lent is listed there instead of copied.
+	placeFrom := func(idx uint64, data []byte, base int64, lent bool) {
 		start := int64(idx) * es
 		lo, hi := max(start, off), min(start+es, off+int64(len(p)))
 		dst := p[lo-off : hi-off]
@@ -317,10 +376,18 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		if a := lo - start - base; a < int64(len(data)) {
 			src = data[a:min(int64(len(data)), hi-start-base)]
 		}
+		if vec != nil && lent && len(src) > 0 {
+			vec.vecs = append(vec.vecs, src)
+			dst = dst[len(src):]
+			src = nil
+		}
 		k := copy(dst, src)
 		clear(dst[k:])
+		if vec != nil && len(dst) > 0 {
+			vec.vecs = append(vec.vecs, dst)
+		}
 	}
-	place := func(idx uint64, data []byte) { placeFrom(idx, data, 0) }
+	place := func(idx uint64, data []byte) { placeFrom(idx, data, 0, false) }
 	reset := func() { runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0] }
 	flush := func() error {
 		defer reset()
@@ -338,9 +405,13 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 			return err
 		}
 		for i, idx := range runIdx {
-			place(idx, datas[i])
+			placeFrom(idx, datas[i], 0, vec != nil)
 		}
-		loan.Release()
+		if vec != nil {
+			vec.loans = append(vec.loans, loan) // until the reply is sent
+		} else {
+			loan.Release()
+		}
 		return nil
 	}
 	committed, err := e.pointersIn(n.ino, first, last+1)
@@ -351,16 +422,14 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		for len(committed) > 0 && committed[0].idx < idx {
 			committed = committed[1:]
 		}
-		if b := n.dirty[idx]; b != nil {
-			place(idx, b)
-			continue
-		}
-		if f := n.flushing[idx]; f != nil {
-			place(idx, f.data)
-			continue
-		}
-		if len(committed) == 0 || committed[0].idx != idx {
-			place(idx, nil)
+		// Bytes not from a committed frame: the write buffers', or
+		// zeroes. The run before them is placed first (vec lists the
+		// bytes in order).
+		if data, ok := uncommitted(n, idx, committed); ok {
+			if err := flush(); err != nil {
+				return err
+			}
+			place(idx, data)
 			continue
 		}
 		ptr := committed[0].p

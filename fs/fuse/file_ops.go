@@ -128,6 +128,16 @@ func (n *Node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 	if off < 0 {
 		return nil, syscall.EINVAL
 	}
+	if !n.fsys.e.ReadOnly() {
+		vecs, release, nr, err := n.fsys.e.ReadVec(ctx, n.ino(), dest, off)
+		if err != nil && !errors.Is(err, io.EOF) && nr == 0 {
+			return nil, n.fsys.toErrno(err, "read", n.ino())
+		}
+		if release == nil {
+			return fuse.ReadResultData(dest[:nr]), 0
+		}
+		return &lentRead{vecs: vecs, size: nr, release: release}, 0
+	}
 	nr, err := n.fsys.e.Read(ctx, n.ino(), dest, off)
 	if nr < 0 || nr > len(dest) {
 		return nil, n.fsys.toErrno(errors.New("engine read returned a bad count"), "read", n.ino())
@@ -136,13 +146,44 @@ func (n *Node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 		// Bytes already read are returned, like read(2) cut short.
 		return nil, n.fsys.toErrno(err, "read", n.ino())
 	}
-	if err == nil && nr < len(dest) && n.fsys.e.ReadOnly() {
+	if err == nil && nr < len(dest) {
 		// A replica's file that a followed journal just made shorter:
 		// the kernel may not know yet, and would zero-fill a short
 		// answer under the size it still has (fs/shrink.go).
 		nr += n.fsys.e.ReadPastShrink(ctx, n.ino(), dest[nr:], off+int64(nr))
 	}
 	return fuse.ReadResultData(dest[:nr]), 0
+}
+
+// lentRead is a read reply sent from several slices with one writev
+// (go-fuse's vectored replies, for a result with a Slices method), some of
+// them plaintexts the segment reader lent: go-fuse calls Done once the
+// reply is written, which ends the loan. The copy into the kernel's
+// buffer is then the only one the bytes see after decryption.
+type lentRead struct {
+	vecs    [][]byte
+	size    int
+	release func()
+}
+
+func (r *lentRead) Size() int { return r.size }
+
+func (r *lentRead) Slices() ([][]byte, fuse.Status) { return r.vecs, fuse.OK }
+
+// Bytes joins the slices, for a reply that is not sent vectored.
+func (r *lentRead) Bytes(buf []byte) ([]byte, fuse.Status) {
+	buf = buf[:0]
+	for _, v := range r.vecs {
+		buf = append(buf, v...)
+	}
+	return buf, fuse.OK
+}
+
+func (r *lentRead) Done() {
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
 }
 
 // Write writes at the offset the kernel chose. For O_APPEND handles that is

@@ -1,0 +1,82 @@
+package fs
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"unsafe"
+)
+
+// TestReadVecMatchesRead: a read collected as slices (committed extents on
+// loan from the segment reader, the rest in the caller's buffer) holds the
+// same bytes as Read, across holes, dirty extents, a short last extent and
+// reads that start and end inside extents, with a cold cache (the first
+// attempt misses and is dropped) and a warm one.
+func TestReadVecMatchesRead(t *testing.T) {
+	f := newTestFS(t)
+	ctx := context.Background()
+	ino := f.create("v")
+	size := 12*extentSize - 100
+	want := randBytes(9, size)
+	f.write(ino, want, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.e.Punch(ctx, ino, 3*extentSize, 2*extentSize); err != nil {
+		t.Fatal(err)
+	}
+	clear(want[3*extentSize : 5*extentSize])
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	dirty := randBytes(10, 500)
+	f.write(ino, dirty, 7*extentSize+300) // stays dirty: no barrier
+	copy(want[7*extentSize+300:], dirty)
+
+	inside := func(b, p []byte) bool {
+		a, s := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+		return a >= s && a < s+uintptr(len(p))
+	}
+	lentSeen := false
+	for round := range 2 { // cold, then warm
+		for _, r := range [][2]int{{0, size}, {100, 3 * extentSize}, {2*extentSize + 5, 4 * extentSize}, {6 * extentSize, 3*extentSize + 17}, {11 * extentSize, extentSize}, {size - 10, 100}, {size, 10}} {
+			off, n := r[0], r[1]
+			p := make([]byte, n)
+			vecs, release, got, err := f.e.ReadVec(ctx, ino, p, int64(off))
+			if err != nil {
+				t.Fatalf("round %d, read [%d,+%d): %v", round, off, n, err)
+			}
+			exp := want[min(off, size):min(off+n, size)]
+			if got != len(exp) {
+				t.Fatalf("round %d, read [%d,+%d): %d bytes, want %d", round, off, n, got, len(exp))
+			}
+			var joined []byte
+			for _, v := range vecs {
+				joined = append(joined, v...)
+				if len(v) > 0 && !inside(v, p) {
+					lentSeen = true
+					if release == nil {
+						t.Fatalf("round %d, read [%d,+%d): bytes outside the buffer with nothing to release", round, off, n)
+					}
+				}
+			}
+			if !bytes.Equal(joined, exp) {
+				first := 0
+				for first < min(len(joined), len(exp)) && joined[first] == exp[first] {
+					first++
+				}
+				t.Fatalf("round %d, read [%d,+%d): slices (%d bytes in %d) differ from the file at %d", round, off, n, len(joined), len(vecs), first)
+			}
+			if release != nil {
+				release()
+			}
+			if plain := f.read(ino, n, int64(off)); !bytes.Equal(plain, exp) {
+				t.Fatalf("round %d, Read [%d,+%d) differs from the file", round, off, n)
+			}
+		}
+	}
+	if !lentSeen {
+		t.Fatal("no committed bytes were lent: every read was copied")
+	}
+}
