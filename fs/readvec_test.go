@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"unsafe"
+
+	"ebbfs.dev/ebbfs/objstore"
 )
 
 // TestReadVecMatchesRead: a read collected as slices (committed extents on
@@ -13,7 +15,19 @@ import (
 // reads that start and end inside extents, with a cold cache (the first
 // attempt misses and is dropped) and a warm one.
 func TestReadVecMatchesRead(t *testing.T) {
-	f := newTestFS(t)
+	t.Run("mem", func(t *testing.T) { testReadVec(t, newTestFS(t)) })
+	t.Run("local", func(t *testing.T) {
+		// Sequential reads of a local store are decrypted straight into
+		// the buffer (segment.ReadRunTo).
+		local, err := objstore.NewLocal(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		testReadVec(t, newTestFSOn(t, local))
+	})
+}
+
+func testReadVec(t *testing.T, f *testFS) {
 	ctx := context.Background()
 	ino := f.create("v")
 	size := 12*extentSize - 100
@@ -39,8 +53,16 @@ func TestReadVecMatchesRead(t *testing.T) {
 		return a >= s && a < s+uintptr(len(p))
 	}
 	lentSeen := false
+	ranges := [][2]int{{0, size}, {100, 3 * extentSize}, {2*extentSize + 5, 4 * extentSize}, {6 * extentSize, 3*extentSize + 17}, {11 * extentSize, extentSize}, {size - 10, 100}, {size, 10}}
+	// A sequential pass, each read starting where the last one ended,
+	// some inside extents.
+	for at, k := 0, 0; at < size; k++ {
+		n := []int{2 * extentSize, 3*extentSize + 100, 5000, 4 * extentSize}[k%4]
+		ranges = append(ranges, [2]int{at, n})
+		at += n
+	}
 	for round := range 2 { // cold, then warm
-		for _, r := range [][2]int{{0, size}, {100, 3 * extentSize}, {2*extentSize + 5, 4 * extentSize}, {6 * extentSize, 3*extentSize + 17}, {11 * extentSize, extentSize}, {size - 10, 100}, {size, 10}} {
+		for _, r := range ranges {
 			off, n := r[0], r[1]
 			p := make([]byte, n)
 			vecs, release, got, err := f.e.ReadVec(ctx, ino, p, int64(off))
@@ -76,7 +98,35 @@ func TestReadVecMatchesRead(t *testing.T) {
 			}
 		}
 	}
-	if !lentSeen {
+	if _, isMem := f.store.(*objstore.Mem); isMem && !lentSeen {
 		t.Fatal("no committed bytes were lent: every read was copied")
+	}
+	if !objstore.IsLocal(f.store) {
+		return
+	}
+	// A sequential read of a local store from a cold start decrypts into
+	// the buffer and leaves the memory cache as it was: empty.
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	p := make([]byte, size)
+	vecs, release, got, err := f.e.ReadVec(ctx, ino, p, 0)
+	if err != nil || got != size {
+		t.Fatalf("cold sequential read: %d bytes, %v", got, err)
+	}
+	var joined []byte
+	for _, v := range vecs {
+		joined = append(joined, v...)
+	}
+	if release != nil {
+		release()
+	}
+	st := f.e.rd.Stats()
+	if !bytes.Equal(joined, want) || !bytes.Equal(p, want) {
+		t.Fatal("cold sequential read differs from the file")
+	}
+	if st.MemEntries != 0 || st.Misses == 0 {
+		t.Fatalf("cold sequential read of a local store: %d frames cached, %d read (want none cached)", st.MemEntries, st.Misses)
 	}
 }

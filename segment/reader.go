@@ -546,7 +546,7 @@ func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool boo
 	var buf []byte
 	pooled := false
 	if pool {
-		buf, pooled = r.bufs.get(int(n))
+		buf, pooled = r.bufs.scratch(int(n))
 	} else {
 		buf = make([]byte, n)
 	}
@@ -770,6 +770,101 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 		}
 	}
 	return out, nil
+}
+
+// ReadRunTo reads the frames ps (of one segment, in offset order) as
+// ReadRun does, but decrypts each into dst[i] (PlainLen bytes) instead of
+// a run buffer, and caches nothing: frames the memory cache holds are
+// copied from it, the rest are read with one request per run into a
+// pooled buffer and decrypted from there, on every core. It is for a
+// sequential reader of a store that has no disk cache (a local one): its
+// bytes go from the store's file to the caller's buffer with one copy and
+// the decryption, both while they are in the processor's caches, and a
+// stream larger than the memory cache does not push out what random
+// readers keep there.
+func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) error {
+	if len(ids) != len(ps) || len(dst) != len(ps) {
+		return fmt.Errorf("segment run: %d ids and %d buffers for %d pointers", len(ids), len(dst), len(ps))
+	}
+	for i, p := range ps {
+		if len(dst[i]) != int(p.PlainLen) {
+			return fmt.Errorf("segment run: a buffer of %d bytes for a frame of %d", len(dst[i]), p.PlainLen)
+		}
+	}
+	if r.disk != nil { // the disk cache is to be read and filled: as ReadRun
+		datas, loan, err := r.ReadRunLent(ctx, ids, ps)
+		if err != nil {
+			return err
+		}
+		for i := range datas {
+			copy(dst[i], datas[i])
+		}
+		loan.Release()
+		return nil
+	}
+	if err := r.checkRun(ps); err != nil {
+		return err
+	}
+	loan := &Loan{r: r}
+	defer loan.Release()
+	var want []int
+	var hits [][2][]byte // cached plaintext -> its buffer, copied outside the lock
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return errClosed
+	}
+	for i := range ps {
+		var e *memEntry
+		if r.mu.mem != nil {
+			e = r.mu.mem.entry(ps[i].Segment, ps[i].Offset, ids[i])
+		}
+		if e == nil {
+			want = append(want, i)
+			continue
+		}
+		r.hold(e.run, loan)
+		hits = append(hits, [2][]byte{e.data, dst[i]})
+	}
+	r.mu.Unlock()
+	r.memHits.Add(uint64(len(hits)))
+	for _, h := range hits {
+		copy(h[1], h[0])
+	}
+	for _, g := range runGroups(ps, want) {
+		if err := r.readGroupTo(ctx, ids, ps, g, dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readGroupTo reads the frames ps[i], i in g, with one request and
+// decrypts each into dst[i], on every core, for ReadRunTo.
+func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g []int, dst [][]byte) error {
+	buf, frames, pooled, err := r.fetchGroup(ctx, ps, g, true)
+	if err != nil {
+		return err
+	}
+	if pooled {
+		defer r.bufs.put(buf)
+	}
+	errs := make([]error, len(g))
+	forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
+		i := g[j]
+		d := dst[i]
+		out, err := decodeFrameTo(d[:0:len(d)], r.k, ids[i], frames[j], len(d))
+		if err != nil {
+			errs[j] = r.reportCorrupt(ps[i], "", err)
+		} else if len(out) > 0 && &out[0] != &d[0] {
+			copy(d, out) // decoded elsewhere (cannot happen with PlainLen bytes of room)
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	r.misses.Add(uint64(len(g)))
+	return nil
 }
 
 // readDiskRuns reads the frames ps[i], i in want, that the disk cache

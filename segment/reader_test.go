@@ -711,17 +711,29 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 		}
 	}
 
+	free := func(b []byte) bool { // b's buffer is on the free list
+		r.bufs.mu.Lock()
+		defer r.bufs.mu.Unlock()
+		for _, f := range r.bufs.free {
+			if &f[:1][0] == &b[0] {
+				return true
+			}
+		}
+		return false
+	}
 	a, loanA := lent(0)
 	fetch(1) // pushes run 0 out of the cache; it is on loan
 	fetch(2) // pushes run 1 out: its buffer is free
-	fetch(3) // takes run 1's buffer
+	fetch(3) // takes a free buffer
+	fetch(4)
 	check("on loan while others were read", 0, a)
-	loanA.Release() // run 0 is out of the cache: its buffer is free now
-	e, loanE := lent(4)
-	if &e[0][0] != &a[0][0] {
-		t.Fatal("a released run's buffer was not used again")
+	if free(a[0]) {
+		t.Fatal("a buffer on loan is free")
 	}
-	loanE.Release()
+	loanA.Release() // run 0 is out of the cache: its buffer is free now
+	if !free(a[0]) {
+		t.Fatal("a released run's buffer is not free")
+	}
 
 	// A frame handed out by ReadRun has no release: its buffer is never
 	// used again.
@@ -734,4 +746,59 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 		fetch(g)
 	}
 	check("handed out without a loan", 5, kept)
+	if free(kept[0]) {
+		t.Fatal("a buffer handed out without a loan is free")
+	}
+}
+
+// TestReadRunTo: frames decrypted straight into the caller's buffers read
+// the same as ReadRun, cached frames are copied from the cache, nothing
+// new is cached, and a damaged frame is an error naming the object.
+func TestReadRunTo(t *testing.T) {
+	f := newFixture(t, 12)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{})
+	// Frames 3 and 4 cached, by a read that keeps them.
+	if _, err := r.ReadRun(ctx, f.ids[3:5], f.ps[3:5]); err != nil {
+		t.Fatal(err)
+	}
+	before := r.Stats()
+	dst := make([][]byte, len(f.ps))
+	for i, p := range f.ps {
+		dst[i] = make([]byte, p.PlainLen, p.PlainLen+100) // room past the frame must stay untouched
+	}
+	f.cs.reset()
+	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+		t.Fatal(err)
+	}
+	for i := range dst {
+		if !bytes.Equal(dst[i], f.plains[i]) {
+			t.Fatalf("frame %d differs", i)
+		}
+		if tail := dst[i][len(dst[i]):cap(dst[i])]; bytes.Count(tail, []byte{0}) != len(tail) {
+			t.Fatalf("frame %d: written past its buffer", i)
+		}
+	}
+	st := r.Stats()
+	if st.MemEntries != before.MemEntries || st.MemHits-before.MemHits != 2 || st.Misses-before.Misses != 10 {
+		t.Fatalf("stats before %+v, after %+v: want 2 hits, 10 read, nothing new cached", before, st)
+	}
+	if n := f.cs.total(); n != 1 {
+		t.Fatalf("%d requests, want 1 (the frames around the cached ones, reading through them)", n)
+	}
+	if err := r.ReadRunTo(ctx, f.ids[:1], f.ps[:1], [][]byte{make([]byte, 1)}); err == nil {
+		t.Fatal("a buffer of the wrong length was accepted")
+	}
+
+	bad := bytes.Clone(f.data)
+	bad[f.ps[6].Offset+30] ^= 1
+	if _, err := f.cs.Put(ctx, Key(f.segID), bad, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r2 := f.reader(t, ReaderOptions{})
+	err := r2.ReadRunTo(ctx, f.ids[5:8], f.ps[5:8], dst[5:8])
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.Key != Key(f.segID) || ce.Offset != int64(f.ps[6].Offset) {
+		t.Fatalf("damaged frame: %v", err)
+	}
 }

@@ -33,24 +33,40 @@ type runBufs struct {
 	free [][]byte
 }
 
-// get returns a buffer of n bytes and whether it is a pooled one, which
-// put may take back. A pooled buffer's bytes are whatever its last user
-// left.
+// get returns a buffer of n bytes for a run the memory cache is to keep,
+// and whether it is a pooled one, which put may take back. A pooled
+// buffer's bytes are whatever its last user left.
 func (p *runBufs) get(n int) (b []byte, pooled bool) {
 	if n > runBufSize || n <= runBufSize/2 {
 		return make([]byte, n), false
 	}
+	return p.take()[:n], true
+}
+
+// scratch is get for a buffer its caller gives back (put) as soon as it
+// is done with it: nothing charges it whole to the memory cache, so any
+// size from scratchMin up to runBufSize is pooled.
+func (p *runBufs) scratch(n int) (b []byte, pooled bool) {
+	if n > runBufSize || n < scratchMin {
+		return make([]byte, n), false
+	}
+	return p.take()[:n], true
+}
+
+// scratchMin is the smallest scratch buffer worth a pooled one.
+const scratchMin = 128 << 10
+
+// take returns a free buffer, or a new one.
+func (p *runBufs) take() []byte {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if k := len(p.free); k > 0 {
-		b = p.free[k-1]
+		b := p.free[k-1]
 		p.free[k-1] = nil
 		p.free = p.free[:k-1]
+		return b
 	}
-	p.mu.Unlock()
-	if b == nil {
-		b = make([]byte, runBufSize)
-	}
-	return b[:n], true
+	return make([]byte, runBufSize)
 }
 
 // put takes back a pooled buffer that nothing reads any more.
