@@ -419,7 +419,7 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 	streamable := func(idxs []uint64, ptrs []segment.Pointer) bool {
 		for i, idx := range idxs {
 			start := int64(idx) * es
-			if start < off || start+int64(ptrs[i].PlainLen) > off+int64(len(p)) {
+			if pl := int64(ptrs[i].PlainLen); start < off || start+pl > off+int64(len(p)) || pl > es {
 				return false
 			}
 		}

@@ -51,9 +51,9 @@ func TestSegmentRoundTripBothCiphers(t *testing.T) {
 				if err != nil || !bytes.Equal(got, plains[i]) {
 					t.Fatalf("%s/%v: frame %d: %v", ci, c, i, err)
 				}
-				got, _, err = openFrameInPlace(k, e.ID(), bytes.Clone(frame), int(e.PlainLen))
+				got, _, err = openTo(k, e.ID(), bytes.Clone(frame), int(e.PlainLen))
 				if err != nil || !bytes.Equal(got, plains[i]) {
-					t.Fatalf("%s/%v: frame %d in place: %v", ci, c, i, err)
+					t.Fatalf("%s/%v: frame %d into a buffer: %v", ci, c, i, err)
 				}
 				if err := VerifyFrame(k, e.ID(), frame, int(e.PlainLen)); err != nil {
 					t.Fatalf("%s/%v: verify frame %d: %v", ci, c, i, err)
@@ -83,8 +83,8 @@ func TestFrameTamperingBothCiphers(t *testing.T) {
 				if out, err := DecodeFrame(k, id, g, len(plain)); !errors.Is(err, ErrCorrupt) || out != nil {
 					t.Fatalf("%s/%v: flip at %d: err %v", ci, c, i, err)
 				}
-				if _, _, err := openFrameInPlace(k, id, g, len(plain)); !errors.Is(err, ErrCorrupt) {
-					t.Fatalf("%s/%v: flip at %d in place: err %v", ci, c, i, err)
+				if _, _, err := openTo(k, id, g, len(plain)); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("%s/%v: flip at %d into a buffer: err %v", ci, c, i, err)
 				}
 			}
 			if _, err := DecodeFrame(k, id, f[:len(f)-1], len(plain)); !errors.Is(err, ErrCorrupt) {
@@ -130,7 +130,7 @@ func BenchmarkEncodeFrameCipher(b *testing.B) {
 }
 
 // BenchmarkDecodeFrameCipher is the read side: a raw 32 KiB frame
-// decrypted in place.
+// decrypted into a run's buffer, as the reader does.
 func BenchmarkDecodeFrameCipher(b *testing.B) {
 	plain := randomExtent(ExtentSize)
 	for _, ci := range bothCiphers {
@@ -141,7 +141,7 @@ func BenchmarkDecodeFrameCipher(b *testing.B) {
 			b.SetBytes(ExtentSize)
 			for b.Loop() {
 				copy(g, f)
-				if _, _, err := openFrameInPlace(k, FrameID{Ino: 1}, g, ExtentSize); err != nil {
+				if _, _, err := openTo(k, FrameID{Ino: 1}, g, ExtentSize); err != nil {
 					b.Fatal(err)
 				}
 			}

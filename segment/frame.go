@@ -284,39 +284,6 @@ func checkFrameLen(frame []byte, plainLen int) error {
 	return nil
 }
 
-// openFrameInPlace is DecodeFrame that decrypts frame over itself: a raw
-// frame's plaintext is returned as a slice of frame (inPlace), with no
-// allocation or copy; a compressed one is decompressed into a new slice.
-// frame is destroyed either way (zeroed if it does not authenticate).
-func openFrameInPlace(k *keys.Keys, id FrameID, frame []byte, plainLen int) (plain []byte, inPlace bool, err error) {
-	if err := checkFrameLen(frame, plainLen); err != nil {
-		return nil, false, err
-	}
-	if Pieced(len(frame), plainLen) {
-		plain, err := openPiecesInPlace(k, id, plainLen, 0, frame)
-		if err != nil {
-			return nil, false, err
-		}
-		return plain[:plainLen:plainLen], true, nil
-	}
-	var ab [frameAADLen]byte
-	inner, err := k.Data.OpenTo(frame[keys.NonceSize:keys.NonceSize], frameAAD(&ab, k.UUID, id), frame)
-	if err != nil {
-		return nil, false, fmt.Errorf("frame (ino %d, extent %d, gen %d): %w: %w", id.Ino, id.Extent, id.Gen, err, ErrCorrupt)
-	}
-	if len(inner) < 1 {
-		return nil, false, fmt.Errorf("frame: empty payload: %w", ErrCorrupt)
-	}
-	if Codec(inner[0]) == CodecNone {
-		if len(inner)-1 != plainLen {
-			return nil, false, fmt.Errorf("frame: raw payload of %d bytes, want %d: %w", len(inner)-1, plainLen, ErrCorrupt)
-		}
-		return inner[1:len(inner):len(inner)], true, nil
-	}
-	plain, err = decodePayload(nil, Codec(inner[0]), inner[1:], plainLen)
-	return plain, false, err
-}
-
 func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
 	if err := checkFrameLen(frame, plainLen); err != nil {
 		return nil, err

@@ -156,3 +156,14 @@ func buildSegment(tb testing.TB, k *keys.Keys, segID uint64, c Codec, n int) ([]
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// openTo decodes frame as the reader does, into a buffer of exactly
+// plainLen bytes; inBuf reports that the plaintext landed in it.
+func openTo(k *keys.Keys, id FrameID, frame []byte, plainLen int) (plain []byte, inBuf bool, err error) {
+	dst := make([]byte, plainLen)
+	out, err := decodeFrameTo(dst[:0:plainLen], k, id, frame, plainLen)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, plainLen == 0 || &out[0] == &dst[0], nil
+}

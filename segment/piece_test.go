@@ -13,7 +13,7 @@ import (
 )
 
 // A raw extent longer than a piece is sealed in pieces: whole-frame reads
-// (copying, in place, verify) give it back, any range of pieces opens on
+// (copying, into a buffer of its size, verify) give it back, any range of pieces opens on
 // its own, and a changed, moved, truncated or foreign piece does not.
 func TestPiecedFrames(t *testing.T) {
 	for _, ci := range bothCiphers {
@@ -32,8 +32,8 @@ func TestPiecedFrames(t *testing.T) {
 				if got, err := DecodeFrame(k, id, f, n); err != nil || !bytes.Equal(got, plain) {
 					t.Fatalf("DecodeFrame: %v", err)
 				}
-				if got, inPlace, err := openFrameInPlace(k, id, bytes.Clone(f), n); err != nil || !inPlace || !bytes.Equal(got, plain) || cap(got) != n {
-					t.Fatalf("openFrameInPlace: %v (in place %v, cap %d)", err, inPlace, cap(got))
+				if got, inPlace, err := openTo(k, id, bytes.Clone(f), n); err != nil || !inPlace || !bytes.Equal(got, plain) || cap(got) != n {
+					t.Fatalf("openTo: %v (in its buffer %v, cap %d)", err, inPlace, cap(got))
 				}
 				if err := VerifyFrame(k, id, f, n); err != nil {
 					t.Fatal(err)
