@@ -71,5 +71,5 @@ func TestWillNeedReadsAhead(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	WillNeed(l, "segments/00/missing", 0, n) // an error is ignored
-	WillNeed(NewMem(), key, 0, n)          // not a local store: ignored
+	WillNeed(NewMem(), key, 0, n)            // not a local store: ignored
 }
