@@ -99,7 +99,7 @@ type RangeReader interface {
 // reads them into its page cache ahead of the reads. Other stores ignore
 // it, and so do errors: it is a hint.
 func WillNeed(s Store, key string, off, n int64) {
-	for s != nil {
+	for i := 0; i < 16 && s != nil; i++ { // as IsLocal
 		if l, ok := s.(*Local); ok {
 			l.willNeed(key, off, n)
 			return

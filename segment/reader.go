@@ -797,7 +797,7 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 			return err
 		}
 		for i := range datas {
-			copy(dst[i], datas[i])
+			clear(dst[i][copy(dst[i], datas[i]):])
 		}
 		loan.Release()
 		return nil
@@ -819,7 +819,7 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 		if r.mu.mem != nil {
 			e = r.mu.mem.entry(ps[i].Segment, ps[i].Offset, ids[i])
 		}
-		if e == nil {
+		if e == nil || len(e.data) != len(dst[i]) { // a plaintext of another length: not this frame's
 			want = append(want, i)
 			continue
 		}
