@@ -99,16 +99,8 @@ type RangeReader interface {
 // reads them into its page cache ahead of the reads. Other stores ignore
 // it, and so do errors: it is a hint.
 func WillNeed(s Store, key string, off, n int64) {
-	for i := 0; i < 16 && s != nil; i++ { // as IsLocal
-		if l, ok := s.(*Local); ok {
-			l.willNeed(key, off, n)
-			return
-		}
-		u, ok := s.(interface{ Unwrap() Store })
-		if !ok {
-			return
-		}
-		s = u.Unwrap()
+	if l := asLocal(s); l != nil {
+		l.willNeed(key, off, n)
 	}
 }
 
@@ -148,16 +140,19 @@ func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) 
 
 // IsLocal reports whether s is, under any decorators that expose Unwrap,
 // the local-directory backend.
-func IsLocal(s Store) bool {
+func IsLocal(s Store) bool { return asLocal(s) != nil }
+
+// asLocal returns the local-directory backend under s's decorators, or nil.
+func asLocal(s Store) *Local {
 	for i := 0; i < 16 && s != nil; i++ {
-		if _, ok := s.(*Local); ok {
-			return true
+		if l, ok := s.(*Local); ok {
+			return l
 		}
 		u, ok := s.(interface{ Unwrap() Store })
 		if !ok {
-			return false
+			return nil
 		}
 		s = u.Unwrap()
 	}
-	return false
+	return nil
 }

@@ -167,3 +167,12 @@ func openTo(k *keys.Keys, id FrameID, frame []byte, plainLen int) (plain []byte,
 	}
 	return out, plainLen == 0 || &out[0] == &dst[0], nil
 }
+
+// get is entry's plaintext, for tests.
+func (c *memCache) get(seg uint64, off uint32, id FrameID) ([]byte, bool) {
+	e := c.entry(seg, off, id)
+	if e == nil {
+		return nil, false
+	}
+	return e.data, true
+}

@@ -61,14 +61,6 @@ func newMemCache(max int64) *memCache {
 	return &memCache{max: max, lru: list.New(), m: map[uint64]map[uint32]*memEntry{}}
 }
 
-func (c *memCache) get(seg uint64, off uint32, id FrameID) ([]byte, bool) {
-	e := c.entry(seg, off, id)
-	if e == nil {
-		return nil, false
-	}
-	return e.data, true
-}
-
 // entry returns the cached frame at (seg, off) sealed for id, refreshing
 // its run, or nil.
 func (c *memCache) entry(seg uint64, off uint32, id FrameID) *memEntry {
