@@ -417,6 +417,10 @@ func (p *proc) exited() bool {
 	}
 }
 
+// waitMounted waits for the mount and for "ebbfs run" to finish starting.
+// The mount answers before the writer logs "ebbfs running": go-fuse's mount
+// check still holds a file open on it then, and a writer killed in that
+// window never exits (its close waits for a FLUSH only it could answer).
 func (p *proc) waitMounted() {
 	p.e.t.Helper()
 	deadline := time.Now().Add(mountTimeout)
@@ -424,7 +428,7 @@ func (p *proc) waitMounted() {
 		if p.exited() {
 			p.e.t.Fatalf("ebbfs run exited with %d before mounting:\n%s", p.code, p.out.String())
 		}
-		if isLiveMount(p.e.mnt) {
+		if strings.Contains(p.out.String(), `msg="ebbfs running"`) && isLiveMount(p.e.mnt) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -481,15 +485,20 @@ func (p *proc) kill() {
 	}
 }
 
-// abortFUSE aborts the FUSE connection of the mount at mnt through fusectl.
+// abortFUSE aborts the FUSE connection of the mount at mnt through fusectl,
+// mounting fusectl first where the machine has not.
 func abortFUSE(mnt string) bool {
 	dev := mountDev(mnt)
 	i := strings.IndexByte(dev, ':')
 	if i < 0 {
 		return false
 	}
-	minor := dev[i+1:]
-	return os.WriteFile("/sys/fs/fuse/connections/"+minor+"/abort", []byte("1"), 0) == nil
+	const conns = "/sys/fs/fuse/connections"
+	abort := conns + "/" + dev[i+1:] + "/abort"
+	if _, err := os.Stat(abort); err != nil && mountType(conns) != "fusectl" {
+		_ = syscall.Mount("fusectl", conns, "fusectl", 0, "")
+	}
+	return os.WriteFile(abort, []byte("1"), 0) == nil
 }
 
 // mountDev returns the major:minor of the ebbfs mount at p, or "".
