@@ -64,6 +64,7 @@ type Engine struct {
 	started   atomic.Bool
 	bg        context.Context // background work; canceled by Close
 	raSem     chan struct{}   // read-aheads in flight
+	local     bool            // the store is a local directory (objstore.IsLocal)
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	waitMu    sync.Mutex
@@ -224,6 +225,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	reader.Store(rd)
 	e := &Engine{
 		opts:      o,
+		local:     objstore.IsLocal(o.Store),
 		cacheLock: cacheLock,
 		log:       o.Logger,
 		clk:       o.Clock,

@@ -28,7 +28,7 @@ var errCacheOnly = errors.New("fs: cache-only attempt")
 // cacheOnly returns the context for a first attempt: ctx, cancelled with
 // errCacheOnly unless the store is a local directory.
 func (e *Engine) cacheOnly(ctx context.Context) context.Context {
-	if objstore.IsLocal(e.opts.Store) {
+	if e.local {
 		return ctx
 	}
 	c, cancel := context.WithCancelCause(ctx)
@@ -193,8 +193,9 @@ func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64, vec 
 	}
 	defer e.release(n)
 	// A read-ahead under way over this range fetches it: wait for it (not
-	// holding the inode lock, as it may wait for the store).
-	if ra := n.ra.Load(); ra != nil && off < ra.to && off+int64(len(p)) > ra.from {
+	// holding the inode lock, as it may wait for the store). On a local
+	// store, the segment reader waits for the one span a read needs.
+	if ra := n.ra.Load(); ra != nil && !e.local && off < ra.to && off+int64(len(p)) > ra.from {
 		select {
 		case <-ra.done:
 		case <-ctx.Done():
@@ -255,22 +256,32 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 // it here too would read it twice.
 //
 // On a local store, reads of whole frames are decrypted straight into the
-// request's buffer instead (readRangeLocked), and read-ahead only has the
-// kernel read the segment files' bytes into its page cache. Decrypting
-// ahead into the frame cache moved every byte through memory three more
-// times (into a run buffer, decrypted into another, copied into the
-// reply), and on a 2-core machine that left the cold read at 0.6-0.7x the
-// go-fuse passthrough; see bench/README.md.
+// request's buffer instead (readRangeLocked), from sealed bytes read past
+// the page cache (objstore.ReadSpan). Read-ahead there reads only those
+// sealed bytes (segment.Reader.ReadAhead), from the request's end to
+// readAheadLocalWindow past it: the segment reader holds few spans, and
+// the kernel no longer reads the files ahead. Decrypting ahead into the
+// frame cache moved every byte through memory three more times (into a
+// run buffer, decrypted into another, copied into the reply), and on a
+// 2-core machine that left the cold read at 0.6-0.7x the go-fuse
+// passthrough; see bench/README.md.
 const (
 	readAheadSkip   = 1 << 20
 	readAheadWindow = 32 << 20
 	readAheadMin    = 4 << 20
+
+	readAheadLocalWindow = 16 << 20
+	readAheadLocalMin    = 4 << 20
 )
 
 func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
-	from := max(end+readAheadSkip, n.raEnd.Load())
-	to := min(end+readAheadWindow, size)
-	if to-from < readAheadMin && to < size || to <= from || e.closed.Load() {
+	skip, window, least := int64(readAheadSkip), int64(readAheadWindow), int64(readAheadMin)
+	if e.local {
+		skip, window, least = 0, readAheadLocalWindow, readAheadLocalMin
+	}
+	from := max(end+skip, n.raEnd.Load())
+	to := min(end+window, size)
+	if to-from < least && to < size || to <= from || e.closed.Load() {
 		return
 	}
 	select {
@@ -298,26 +309,20 @@ const prefetchRun = 2 << 20
 // Its runs (frames adjacent in one segment, one GET each) are fetched
 // concurrently, so that one run's GET overlaps another's decryption. On a
 // local store, whose sequential reads are decrypted straight into the
-// reader's buffer (readRangeLocked), it only has the kernel read the
-// runs' bytes into its page cache.
+// reader's buffer (readRangeLocked), it only reads the runs' sealed bytes
+// for those reads to decrypt (segment.Reader.ReadAhead).
 func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	all, err := e.pointersIn(ino, uint64(from)/es, uint64(to-1)/es+1)
 	if err != nil {
 		return
 	}
-	local := objstore.IsLocal(e.opts.Store)
+	local := e.local
 	var wg sync.WaitGroup
 	for len(all) > 0 && ctx.Err() == nil {
 		k, span := 1, all[0].p.Length
 		for k < len(all) && span < prefetchRun && all[k].p.Segment == all[k-1].p.Segment && all[k-1].p.End() == uint64(all[k].p.Offset) {
 			span += all[k].p.Length
 			k++
-		}
-		if local {
-			first := all[0].p
-			objstore.WillNeed(e.opts.Store, segment.Key(first.Segment), int64(first.Offset), int64(span))
-			all = all[k:]
-			continue
 		}
 		ids := make([]segment.FrameID, k)
 		ptrs := make([]segment.Pointer, k)
@@ -328,6 +333,10 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if local {
+				e.rd.ReadAhead(ctx, ptrs)
+				return
+			}
 			if err := e.rd.Fetch(ctx, ids, ptrs); err != nil {
 				e.log.Debug("read-ahead", "ino", ino, "err", err)
 			}
@@ -414,8 +423,8 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 	// reader's requests concurrently, so they do not all look
 	// sequential here; a random read of whole extents loses nothing by
 	// it either: the store's reads cost no request, and the kernel keeps
-	// what it read in its page cache.)
-	stream := objstore.IsLocal(e.opts.Store)
+	// the small ones in its page cache.)
+	stream := e.local
 	streamable := func(idxs []uint64, ptrs []segment.Pointer) bool {
 		for i, idx := range idxs {
 			start := int64(idx) * es
@@ -491,7 +500,7 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 			continue
 		}
 		ptr := committed[0].p
-		if random && (idx == first || idx == last) && (first == last || objstore.IsLocal(e.opts.Store)) {
+		if random && (idx == first || idx == last) && (first == last || e.local) {
 			// A random read covering only part of an extent reads only
 			// the pieces of its frame that it needs, if it has pieces.
 			// (Behind a remote store, a read of several extents is left

@@ -130,3 +130,52 @@ func testReadVec(t *testing.T, f *testFS) {
 		t.Fatalf("cold sequential read of a local store: %d frames cached, %d read (want none cached)", st.MemEntries, st.Misses)
 	}
 }
+
+// TestLocalReadAheadServesStream: in a cold sequential read of a local
+// store, the read-ahead after the first read reads the sealed bytes that
+// the reads after it decrypt: those reads send the store nothing, and no
+// byte is read twice.
+func TestLocalReadAheadServesStream(t *testing.T) {
+	ctx := context.Background()
+	local, err := objstore.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := objstore.NewCounting(local)
+	f := newTestFSOn(t, c)
+	ino := f.create("s")
+	const size, chunk = 8 << 20, 1 << 20
+	want := randBytes(3, size)
+	f.write(ino, want, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.reopen()
+	c.Reset()
+	n, err := f.e.acquire(ino) // held, as an open file holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.e.release(n)
+	if got := f.read(ino, chunk, 0); !bytes.Equal(got, want[:chunk]) {
+		t.Fatal("first read differs")
+	}
+	ra := n.ra.Load()
+	if ra == nil {
+		t.Fatal("a sequential read from the start read nothing ahead")
+	}
+	<-ra.done
+	first := c.CountsFor("segments/")
+	for off := chunk; off < size; off += chunk {
+		if got := f.read(ino, chunk, int64(off)); !bytes.Equal(got, want[off:off+chunk]) {
+			t.Fatalf("read at %d differs", off)
+		}
+	}
+	after := c.CountsFor("segments/")
+	if after.GetRange != first.GetRange || after.Get != first.Get {
+		t.Fatalf("reads after the read-ahead sent %d requests to the store, want none", after.GetRange-first.GetRange+after.Get-first.Get)
+	}
+	if after.BytesDown > size*21/20 {
+		t.Fatalf("%d bytes read from the store for a file of %d: some were read twice", after.BytesDown, size)
+	}
+}

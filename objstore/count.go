@@ -197,6 +197,21 @@ func (c *Counting) ReadRange(ctx context.Context, key string, off int64, dst []b
 	return err
 }
 
+// ReadSpan implements SpanReader (with the wrapped store's ReadSpan if it
+// has one); it counts as a GetRange.
+func (c *Counting) ReadSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil { // not sent: not a request
+		return nil, err
+	}
+	data, err := ReadSpan(ctx, c.s, key, off, n, buf)
+	d := Counts{GetRange: 1}
+	if err == nil {
+		d.BytesDown = int64(n)
+	}
+	c.addFor(dirs(key), d)
+	return data, err
+}
+
 // Head implements Store.
 func (c *Counting) Head(ctx context.Context, key string) (ObjectInfo, error) {
 	c.addFor(dirs(key), Counts{Head: 1})

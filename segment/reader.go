@@ -97,7 +97,8 @@ type Reader struct {
 		closed bool
 	}
 
-	bufs runBufs // run buffers to reuse (runbuf.go)
+	bufs  runBufs    // run buffers to reuse (runbuf.go)
+	ahead aheadTable // sealed spans read ahead (ahead.go)
 
 	memHits, diskHits, misses           atomic.Uint64
 	gets, fetched, corrupt, diskCorrupt atomic.Uint64
@@ -543,26 +544,33 @@ func (r *Reader) checkRun(ps []Pointer) error {
 func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool bool) ([]byte, [][]byte, bool, error) {
 	start, end := uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
 	key, n := Key(ps[g[0]].Segment), int64(end-start)
-	var buf []byte
+	r.gets.Add(1)
+	var buf, data []byte
 	pooled := false
 	if pool {
-		buf, pooled = r.bufs.scratch(int(n))
+		// A scratch run may be read past the page cache, wherever in
+		// buf that suits the store (objstore.ReadSpan).
+		buf, pooled = r.bufs.scratch(int(n) + objstore.SpanSlack)
+		var err error
+		if data, err = objstore.ReadSpan(ctx, r.store, key, int64(start), int(n), buf); err != nil {
+			if pooled {
+				r.bufs.put(buf)
+			}
+			return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
+		}
 	} else {
 		buf = make([]byte, n)
-	}
-	r.gets.Add(1)
-	if err := objstore.ReadRange(ctx, r.store, key, int64(start), buf); err != nil {
-		if pooled {
-			r.bufs.put(buf)
+		if err := objstore.ReadRange(ctx, r.store, key, int64(start), buf); err != nil {
+			return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
 		}
-		return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
+		data = buf
 	}
 	r.fetched.Add(uint64(n))
 	out := make([][]byte, len(g))
 	for j, i := range g {
 		p := ps[i]
 		a := uint64(p.Offset) - start
-		out[j] = buf[a : a+uint64(p.Length) : a+uint64(p.Length)]
+		out[j] = data[a : a+uint64(p.Length) : a+uint64(p.Length)]
 	}
 	return buf, out, pooled, nil
 }
@@ -842,12 +850,18 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 // readGroupTo reads the frames ps[i], i in g, with one request and
 // decrypts each into dst[i], on every core, for ReadRunTo.
 func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g []int, dst [][]byte) error {
-	buf, frames, pooled, err := r.fetchGroup(ctx, ps, g, true)
-	if err != nil {
-		return err
-	}
-	if pooled {
-		defer r.bufs.put(buf)
+	frames, done := r.aheadFrames(ctx, ps, g)
+	if frames != nil {
+		defer done()
+	} else {
+		buf, fetched, pooled, err := r.fetchGroup(ctx, ps, g, true)
+		if err != nil {
+			return err
+		}
+		if pooled {
+			defer r.bufs.put(buf)
+		}
+		frames = fetched
 	}
 	errs := make([]error, len(g))
 	forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {

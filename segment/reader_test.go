@@ -802,3 +802,141 @@ func TestReadRunTo(t *testing.T) {
 		t.Fatalf("damaged frame: %v", err)
 	}
 }
+
+// TestReadAheadServesReadRunTo: a run's sealed bytes read ahead serve the
+// ReadRunTo calls inside them without another request, the span leaves
+// the table and its buffer goes back to the pool once all of it has been
+// read, the table holds at most aheadMax spans, and a read-ahead that
+// failed leaves the reader to read the frames itself.
+func TestReadAheadServesReadRunTo(t *testing.T) {
+	const per = 40 // a run over half a pooled buffer, as fs reads ahead
+	f := newFixture(t, 2*per)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{})
+	readTo := func(lo, hi int) {
+		t.Helper()
+		dst := make([][]byte, hi-lo)
+		for i := range dst {
+			dst[i] = make([]byte, f.ps[lo+i].PlainLen)
+		}
+		if err := r.ReadRunTo(ctx, f.ids[lo:hi], f.ps[lo:hi], dst); err != nil {
+			t.Fatal(err)
+		}
+		for i := range dst {
+			if !bytes.Equal(dst[i], f.plains[lo+i]) {
+				t.Fatalf("frame %d differs", lo+i)
+			}
+		}
+	}
+	spans := func() int {
+		r.ahead.mu.Lock()
+		defer r.ahead.mu.Unlock()
+		return len(r.ahead.spans)
+	}
+	freeBufs := func() int {
+		r.bufs.mu.Lock()
+		defer r.bufs.mu.Unlock()
+		return len(r.bufs.free)
+	}
+
+	r.ReadAhead(ctx, f.ps[:per])
+	if n := f.cs.total(); n != 1 || spans() != 1 {
+		t.Fatalf("read-ahead of one run: %d requests, %d spans; want 1 and 1", n, spans())
+	}
+	r.ReadAhead(ctx, f.ps[3:per/2]) // inside the span already held
+	free := freeBufs()
+	readTo(0, per/2)
+	readTo(per/2, per)
+	if n := f.cs.total(); n != 1 {
+		t.Fatalf("%d requests for frames read ahead, want the read-ahead's 1", n)
+	}
+	if spans() != 0 || freeBufs() != free+1 {
+		t.Fatalf("after the whole span was read: %d spans held, %d free buffers (was %d); want 0 and %d", spans(), freeBufs(), free, free+1)
+	}
+	readTo(per, 2*per) // not read ahead: read here
+	if n := f.cs.total(); n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
+
+	// The table keeps the newest aheadMax spans.
+	for i := range aheadMax + 3 {
+		r.ReadAhead(ctx, f.ps[per+i:per+i+1])
+	}
+	if spans() != aheadMax {
+		t.Fatalf("%d spans held, want at most %d", spans(), aheadMax)
+	}
+	f.cs.reset()
+	readTo(per, per+1)   // among the oldest, pushed out: read from the store
+	readTo(per+3, per+4) // still held
+	if n := f.cs.total(); n != 1 {
+		t.Fatalf("%d requests for one evicted span and one held, want 1", n)
+	}
+
+	// A read-ahead that fails is dropped; the reader reads for itself.
+	other := newFixture(t, 4)
+	r2 := other.reader(t, ReaderOptions{})
+	if err := other.cs.Delete(ctx, Key(other.segID)); err != nil {
+		t.Fatal(err)
+	}
+	r2.ReadAhead(ctx, other.ps)
+	if _, err := other.cs.Put(ctx, Key(other.segID), other.data, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([][]byte, len(other.ps))
+	for i, p := range other.ps {
+		dst[i] = make([]byte, p.PlainLen)
+	}
+	if err := r2.ReadRunTo(ctx, other.ids, other.ps, dst); err != nil {
+		t.Fatalf("after a failed read-ahead: %v", err)
+	}
+	for i := range dst {
+		if !bytes.Equal(dst[i], other.plains[i]) {
+			t.Fatalf("frame %d differs after a failed read-ahead", i)
+		}
+	}
+}
+
+// TestReadAheadConcurrent: readers and read-aheads of the same runs at
+// once (run with -race) read the right bytes.
+func TestReadAheadConcurrent(t *testing.T) {
+	const per = 10
+	f := newFixture(t, 4*per)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 4 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for g := range 4 {
+				r.ReadAhead(ctx, f.ps[g*per:(g+1)*per])
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for g := range 4 {
+				g = (g + w) % 4
+				dst := make([][]byte, per)
+				for i := range dst {
+					dst[i] = make([]byte, f.ps[g*per+i].PlainLen)
+				}
+				if err := r.ReadRunTo(ctx, f.ids[g*per:(g+1)*per], f.ps[g*per:(g+1)*per], dst); err != nil {
+					errs <- err
+					return
+				}
+				for i := range dst {
+					if !bytes.Equal(dst[i], f.plains[g*per+i]) {
+						errs <- fmt.Errorf("run %d frame %d differs", g, i)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,135 @@
+package objstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Spans: large reads of a local store that skip the page cache.
+//
+// A cold sequential read of a local store used to move every sealed byte
+// twice before decrypting it: the disk's DMA into the page cache, then a
+// copy into the reader's buffer (a quarter of the read's CPU, plus the
+// kernel's read-ahead bookkeeping). The plaintext is what the kernel
+// caches for the mounted file; the segment file's pages in the cache are
+// a second copy of the same bytes that nothing reads twice. So a span that
+// is not in the page cache already is read with O_DIRECT: the disk writes
+// it straight into the reader's buffer. A span that is (a segment read
+// back soon after it was written) is copied from the cache as before.
+
+// SpanSlack is the room a ReadSpan buffer needs beyond the span: a direct
+// read starts and ends on spanAlign boundaries, in memory and in the file.
+const SpanSlack = 3 * spanAlign
+
+// spanAlign is the alignment of a direct read's offset, length and memory:
+// the largest logical block size of a disk (4 KiB).
+const spanAlign = 4096
+
+// directMin is the smallest span read directly: below it, a read is a
+// random one, which the page cache serves better.
+const directMin = 256 << 10
+
+// SpanReader is a store that can read a range into a larger buffer,
+// placing it where it reads it best (ReadSpan).
+type SpanReader interface {
+	// ReadSpan reads the n bytes of key at off into buf, which has at
+	// least n+SpanSlack bytes, and returns the slice of buf that holds
+	// them. A range that runs past the end of the object is an error.
+	ReadSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error)
+}
+
+// ReadSpan reads the n bytes of key at off into buf (at least
+// n+SpanSlack bytes) with s's own ReadSpan if it has one, otherwise into
+// buf[:n] with ReadRange, and returns the slice of buf holding them.
+func ReadSpan(ctx context.Context, s Store, key string, off int64, n int, buf []byte) ([]byte, error) {
+	if n < 0 || len(buf) < n+SpanSlack {
+		return nil, fmt.Errorf("get %s: a buffer of %d bytes for a span of %d", key, len(buf), n)
+	}
+	if r, ok := s.(SpanReader); ok {
+		return r.ReadSpan(ctx, key, off, n, buf)
+	}
+	dst := buf[:n]
+	return dst, ReadRange(ctx, s, key, off, dst)
+}
+
+// ReadSpan implements SpanReader: a span of at least directMin bytes that
+// the page cache does not hold whole is read with O_DIRECT, anything else
+// with pread through the page cache (also where the filesystem refuses
+// O_DIRECT).
+func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
+	if n < directMin {
+		dst := buf[:n]
+		return dst, l.ReadRange(ctx, key, off, dst)
+	}
+	f, err := l.openRange(ctx, key, off, int64(n))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if data, ok := readDirect(f, off, n, buf); ok {
+		return data, nil
+	}
+	dst := buf[:n]
+	return dst, readAt(f, key, dst, off)
+}
+
+// readDirect reads [off, off+n) of f into buf with O_DIRECT, unless the
+// page cache holds all of it, and reports whether it did. Any failure
+// leaves f as it was, for pread through the page cache.
+func readDirect(f *os.File, off int64, n int, buf []byte) ([]byte, bool) {
+	start := off &^ (spanAlign - 1)
+	end := (off + int64(n) + spanAlign - 1) &^ (spanAlign - 1)
+	skip := int(-uintptr(unsafe.Pointer(&buf[0])) & (spanAlign - 1))
+	if skip+int(end-start) > len(buf) {
+		return nil, false
+	}
+	win := buf[skip : skip+int(end-start)]
+	fd := int(f.Fd())
+	if cached(fd, start, end-start) {
+		return nil, false
+	}
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return nil, false
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_DIRECT); err != nil {
+		return nil, false // a filesystem without O_DIRECT
+	}
+	got := 0
+	for got < len(win) {
+		k, err := unix.Pread(fd, win[got:], start+int64(got))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || k == 0 {
+			break // EOF inside the last block, or an error pread repeats
+		}
+		got += k
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags); err != nil {
+		return nil, false
+	}
+	head := int(off - start)
+	if got < head+n {
+		return nil, false
+	}
+	return win[head : head+n], true
+}
+
+// cached reports whether the page cache holds every page of [off, off+n)
+// of fd (cachestat(2); a kernel without it holds none, as far as this
+// knows).
+func cached(fd int, off, n int64) bool {
+	rng := struct{ off, len uint64 }{uint64(off), uint64(n)}
+	var st struct{ cache, dirty, writeback, evicted, recentlyEvicted uint64 }
+	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, uintptr(fd), uintptr(unsafe.Pointer(&rng)), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
+	if errno != 0 {
+		return false
+	}
+	pages := uint64((n + int64(os.Getpagesize()) - 1) / int64(os.Getpagesize()))
+	return st.cache >= pages
+}

@@ -1,0 +1,157 @@
+package objstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand"
+	"os"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestReadSpanSkipsPageCache: a large span of a local object that the
+// page cache does not hold is read past it, at any offset and in any
+// buffer, up to the object's last byte; one the cache holds, and a small
+// one, are read through it; ranges outside the object and buffers without
+// the slack are errors; the wrapping stores pass spans on and count them.
+func TestReadSpanSkipsPageCache(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l, err := NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "segments/00/0000000000000002"
+	size := 3<<20 + 1234
+	obj := make([]byte, size)
+	rand.New(rand.NewSource(5)).Read(obj)
+	if _, err := l.Put(ctx, key, obj, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	path := l.path(key)
+	evict := func() {
+		t.Helper()
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		_ = f.Sync()
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		if k := resident(t, path, size); k != 0 {
+			t.Skipf("this filesystem kept %d pages after FADV_DONTNEED: nothing to measure", k)
+		}
+	}
+	direct := true
+	if fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT, 0); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the test directory %s refuses O_DIRECT (%v): CI's disk must take it", dir, err)
+		}
+		t.Logf("%s refuses O_DIRECT (%v): checking the bytes only", dir, err)
+		direct = false
+	} else {
+		unix.Close(fd)
+	}
+	inside := func(b, buf []byte) bool {
+		a, s := uintptr(unsafe.Pointer(&b[0])), uintptr(unsafe.Pointer(&buf[0]))
+		return a >= s && a+uintptr(len(b)) <= s+uintptr(len(buf))
+	}
+
+	cases := []struct {
+		off, n, shift int // shift: the buffer starts this far into an allocation
+	}{
+		{0, 1 << 20, 0},
+		{12345, 600000, 1},
+		{4096, 2 << 20, 4095},
+		{size - 300001, 300001, 7}, // to the last byte, which is inside a block
+	}
+	for _, c := range cases {
+		evict()
+		alloc := make([]byte, c.shift+c.n+SpanSlack)
+		buf := alloc[c.shift:]
+		data, err := ReadSpan(ctx, l, key, int64(c.off), c.n, buf)
+		if err != nil {
+			t.Fatalf("span [%d,+%d): %v", c.off, c.n, err)
+		}
+		if !bytes.Equal(data, obj[c.off:c.off+c.n]) || !inside(data, buf) {
+			t.Fatalf("span [%d,+%d): wrong bytes, or not in the buffer", c.off, c.n)
+		}
+		if k := resident(t, path, size); direct && k != 0 {
+			t.Fatalf("span [%d,+%d) read through the page cache: %d pages of the object in it", c.off, c.n, k)
+		}
+	}
+
+	// Held by the page cache, or small: read through it, into buf[:n].
+	if _, err := os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20+SpanSlack)
+	data, err := ReadSpan(ctx, l, key, 777, 1<<20, buf)
+	if err != nil || !bytes.Equal(data, obj[777:777+1<<20]) || &data[0] != &buf[0] {
+		t.Fatalf("a cached span: err %v, or not read through the page cache", err)
+	}
+	evict()
+	data, err = ReadSpan(ctx, l, key, 777, 4096, buf)
+	if err != nil || !bytes.Equal(data, obj[777:777+4096]) || &data[0] != &buf[0] {
+		t.Fatalf("a small span: err %v, or not read through the page cache", err)
+	}
+
+	if _, err := ReadSpan(ctx, l, key, int64(size-1000), 1<<20, buf); err == nil {
+		t.Fatal("a span past the end of the object was read")
+	}
+	if _, err := ReadSpan(ctx, l, key, 0, 1<<20, buf[:1<<20]); err == nil {
+		t.Fatal("a buffer without the slack was taken")
+	}
+	if _, err := ReadSpan(ctx, l, "segments/00/missing", 0, 1<<20, buf); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a missing object: %v, want ErrNotFound", err)
+	}
+
+	// Through the wrapping stores: the same bytes, counted as a range read.
+	c := NewCounting(l)
+	evict()
+	data, err = ReadSpan(ctx, NewTimed(c), key, 100, 1<<20, buf)
+	if err != nil || !bytes.Equal(data, obj[100:100+1<<20]) {
+		t.Fatalf("through the wrappers: %v", err)
+	}
+	if got := c.Snapshot(); got.GetRange != 1 || got.BytesDown != 1<<20 {
+		t.Fatalf("counted %+v, want one range read of 1 MiB", got)
+	}
+	// A store without spans reads into buf[:n].
+	m := NewMem()
+	if _, err := m.Put(ctx, key, obj, PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	data, err = ReadSpan(ctx, m, key, 5, 1<<20, buf)
+	if err != nil || !bytes.Equal(data, obj[5:5+1<<20]) || &data[0] != &buf[0] {
+		t.Fatalf("memory store: %v", err)
+	}
+}
+
+// resident counts the pages of path's first n bytes in the page cache.
+func resident(t *testing.T, path string, n int) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (n+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	k := 0
+	for _, v := range vec {
+		k += int(v & 1)
+	}
+	return k
+}
