@@ -258,9 +258,9 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 // On a local store, reads of whole frames are decrypted straight into the
 // request's buffer instead (readRangeLocked), from sealed bytes read past
 // the page cache (objstore.ReadSpan). Read-ahead there reads only those
-// sealed bytes (segment.Reader.ReadAhead), from the request's end to
-// readAheadLocalWindow past it: the segment reader holds few spans, and
-// the kernel no longer reads the files ahead. Decrypting ahead into the
+// sealed bytes (segment.Reader.ReadAhead), up to readAheadLocalWindow
+// past the request's end: the segment reader holds few spans, and the
+// kernel no longer reads the files ahead. Decrypting ahead into the
 // frame cache moved every byte through memory three more times (into a
 // run buffer, decrypted into another, copied into the reply), and on a
 // 2-core machine that left the cold read at 0.6-0.7x the go-fuse
@@ -270,14 +270,14 @@ const (
 	readAheadWindow = 32 << 20
 	readAheadMin    = 4 << 20
 
-	readAheadLocalWindow = 16 << 20
+	readAheadLocalWindow = 12 << 20
 	readAheadLocalMin    = 4 << 20
 )
 
 func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
 	skip, window, least := int64(readAheadSkip), int64(readAheadWindow), int64(readAheadMin)
 	if e.local {
-		skip, window, least = 0, readAheadLocalWindow, readAheadLocalMin
+		window, least = readAheadLocalWindow, readAheadLocalMin
 	}
 	from := max(end+skip, n.raEnd.Load())
 	to := min(end+window, size)

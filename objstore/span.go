@@ -19,7 +19,9 @@ import (
 // a second copy of the same bytes that nothing reads twice. So a span that
 // is not in the page cache already is read with O_DIRECT: the disk writes
 // it straight into the reader's buffer. A span that is (a segment read
-// back soon after it was written) is copied from the cache as before.
+// back soon after it was written) is copied from the cache as before, and
+// so is every span on a kernel that cannot tell (cachestat(2) came with
+// Linux 6.5).
 
 // SpanSlack is the room a ReadSpan buffer needs beyond the span: a direct
 // read starts and ends on spanAlign boundaries, in memory and in the file.
@@ -59,7 +61,7 @@ func ReadSpan(ctx context.Context, s Store, key string, off int64, n int, buf []
 // ReadSpan implements SpanReader: a span of at least directMin bytes that
 // the page cache does not hold whole is read with O_DIRECT, anything else
 // with pread through the page cache (also where the filesystem refuses
-// O_DIRECT).
+// O_DIRECT, or the kernel cannot tell what the page cache holds).
 func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
 	if n < directMin {
 		dst := buf[:n]
@@ -69,35 +71,42 @@ func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf 
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	if data, ok := readDirect(f, off, n, buf); ok {
+	defer func() { f.Close() }()
+	data, ok, usable := readDirect(f, off, n, buf)
+	if ok {
 		return data, nil
+	}
+	if !usable { // still in O_DIRECT mode: read through a new descriptor
+		f.Close()
+		if f, err = l.openRange(ctx, key, off, int64(n)); err != nil {
+			return nil, err
+		}
 	}
 	dst := buf[:n]
 	return dst, readAt(f, key, dst, off)
 }
 
 // readDirect reads [off, off+n) of f into buf with O_DIRECT, unless the
-// page cache holds all of it, and reports whether it did. Any failure
-// leaves f as it was, for pread through the page cache.
-func readDirect(f *os.File, off int64, n int, buf []byte) ([]byte, bool) {
+// page cache holds all of it, and reports whether it did, and whether f
+// is still fit for pread through the page cache.
+func readDirect(f *os.File, off int64, n int, buf []byte) (data []byte, ok, usable bool) {
 	start := off &^ (spanAlign - 1)
 	end := (off + int64(n) + spanAlign - 1) &^ (spanAlign - 1)
 	skip := int(-uintptr(unsafe.Pointer(&buf[0])) & (spanAlign - 1))
 	if skip+int(end-start) > len(buf) {
-		return nil, false
+		return nil, false, true
 	}
 	win := buf[skip : skip+int(end-start)]
 	fd := int(f.Fd())
 	if cached(fd, start, end-start) {
-		return nil, false
+		return nil, false, true
 	}
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
-		return nil, false
+		return nil, false, true
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_DIRECT); err != nil {
-		return nil, false // a filesystem without O_DIRECT
+		return nil, false, true // a filesystem without O_DIRECT
 	}
 	got := 0
 	for got < len(win) {
@@ -110,26 +119,25 @@ func readDirect(f *os.File, off int64, n int, buf []byte) ([]byte, bool) {
 		}
 		got += k
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags); err != nil {
-		return nil, false
+	if head := int(off - start); got >= head+n {
+		return win[head : head+n], true, false
 	}
-	head := int(off - start)
-	if got < head+n {
-		return nil, false
-	}
-	return win[head : head+n], true
+	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
+	return nil, false, err == nil
 }
 
 // cached reports whether the page cache holds every page of [off, off+n)
-// of fd (cachestat(2); a kernel without it holds none, as far as this
-// knows).
+// of fd, as cachestat(2) counts them. Where the kernel lacks cachestat or
+// refuses it, it answers yes: the page cache then serves every read, as it
+// did before direct reads.
 func cached(fd int, off, n int64) bool {
 	rng := struct{ off, len uint64 }{uint64(off), uint64(n)}
 	var st struct{ cache, dirty, writeback, evicted, recentlyEvicted uint64 }
 	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, uintptr(fd), uintptr(unsafe.Pointer(&rng)), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
 	if errno != 0 {
-		return false
+		return true
 	}
-	pages := uint64((n + int64(os.Getpagesize()) - 1) / int64(os.Getpagesize()))
+	page := int64(os.Getpagesize())
+	pages := uint64((off+n-1)/page - off/page + 1)
 	return st.cache >= pages
 }

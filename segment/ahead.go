@@ -3,6 +3,7 @@ package segment
 import (
 	"context"
 	"sync"
+	"time"
 
 	"ebbfs.dev/ebbfs/objstore"
 )
@@ -11,23 +12,30 @@ import (
 // decrypted straight into its buffer (ReadRunTo), and their sealed bytes
 // are read past the page cache (objstore.ReadSpan), so the kernel no
 // longer reads ahead of it. ReadAhead does: it reads a run's sealed span
-// into a pooled buffer that the next ReadRunTo of frames inside the span
-// decrypts from, waiting for it if it is still being read. Only sealed
+// into a pooled buffer that the next reads of frames inside the span
+// decrypt from, waiting for it if it is still being read. Only sealed
 // bytes wait here, each decrypted once, by the reader that wants it.
 //
-// The spans are few and short-lived: a span leaves the table once its
-// bytes have all been read, or when newer spans push it out, and its
-// buffer goes back to the pool when no reader decrypts from it any more.
+// The spans are few and short-lived. A span leaves the table once all of
+// its bytes have been read, or aheadTTL after its read if they have not
+// (a reader that stopped, or read around it); its buffer goes back to the
+// pool when no reader decrypts from it any more. When the table is full,
+// a new span is refused rather than one pushed out: the oldest is the one
+// a reader wants next.
 
-// aheadMax bounds the spans held: 12 pooled buffers, 26 MiB, above the
-// local read-ahead window (fs, 16 MiB in runs of 2 MiB) of one reader.
-const aheadMax = 12
+// aheadMax bounds the spans held: as many as the pool keeps buffers
+// (runBufKeep), 17.5 MiB, above the local read-ahead window of one reader
+// (fs, 12 MiB in runs of 2 MiB).
+const aheadMax = runBufKeep
+
+// aheadTTL is how long a span read ahead waits for its readers.
+var aheadTTL = 3 * time.Second // a variable for tests
 
 // aheadSpan is the sealed bytes [start, end) of a segment, read ahead.
 type aheadSpan struct {
 	seg        uint64
 	start, end uint64
-	done       chan struct{} // closed once data or err is set
+	done       chan struct{} // closed once the read has finished
 
 	data   []byte // the span, inside buf; nil if the read failed
 	buf    []byte
@@ -40,6 +48,11 @@ type aheadSpan struct {
 	read bool   // the read has finished
 }
 
+// holds reports whether the span covers the frame at p.
+func (s *aheadSpan) holds(p Pointer) bool {
+	return s.seg == p.Segment && s.start <= uint64(p.Offset) && p.End() <= s.end
+}
+
 // aheadTable is a Reader's spans, oldest first.
 type aheadTable struct {
 	mu    sync.Mutex
@@ -47,11 +60,14 @@ type aheadTable struct {
 }
 
 // ReadAhead reads the sealed bytes of the run ps (frames adjacent in one
-// segment, in offset order) for a ReadRunTo to come, unless a span held
-// already covers them. It returns when they are read; errors are left to
-// the reader, which then reads the frames itself.
+// segment, in offset order) for the reads to come, unless a span held
+// already covers them or the table is full. It returns when they are
+// read; errors are left to the readers, which then read the frames
+// themselves. A reader with a disk cache reads nothing ahead here: the
+// cache takes the sealed frames it reads for its own (Fetch reads ahead
+// into it).
 func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
-	if len(ps) == 0 || r.checkRun(ps) != nil {
+	if len(ps) == 0 || r.disk != nil || r.checkRun(ps) != nil {
 		return
 	}
 	seg, start, end := ps[0].Segment, uint64(ps[0].Offset), ps[len(ps)-1].End()
@@ -64,8 +80,9 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 			return
 		}
 	}
-	if len(t.spans) == aheadMax {
-		t.dropLocked(0)
+	if len(t.spans) >= aheadMax {
+		t.mu.Unlock()
+		return
 	}
 	t.spans = append(t.spans, sp)
 	t.mu.Unlock()
@@ -87,21 +104,40 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 	}
 	t.freeLocked(sp, &r.bufs)
 	t.mu.Unlock()
+	if data != nil {
+		time.AfterFunc(aheadTTL, func() { t.expire(sp, &r.bufs) })
+	}
 }
 
-// take returns the span that holds the sealed bytes [start, end) of seg,
-// read or being read, with a reference to it that release gives back; or
-// nil.
-func (t *aheadTable) take(seg, start, end uint64) *aheadSpan {
+// take returns the span that holds the frame ps[g[0]], read or being
+// read, with a reference to it that release gives back, and how many of
+// the frames ps[i], i in g, from the first on it holds; or nil.
+func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range t.spans {
-		if s.seg == seg && s.start <= start && end <= s.end {
+		if s.holds(ps[g[0]]) {
+			k := 1
+			for k < len(g) && s.holds(ps[g[k]]) {
+				k++
+			}
 			s.refs++
-			return s
+			return s, k
 		}
 	}
-	return nil
+	return nil, 0
+}
+
+// holds reports whether a span in the table covers the frame at p.
+func (t *aheadTable) holds(p Pointer) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range t.spans {
+		if s.holds(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // release gives back take's reference after n bytes of the span were read
@@ -118,17 +154,20 @@ func (t *aheadTable) release(sp *aheadSpan, n uint64, bufs *runBufs) {
 	t.freeLocked(sp, bufs)
 }
 
-// dropLocked takes spans[i] out of the table.
-func (t *aheadTable) dropLocked(i int) {
-	t.spans[i].gone = true
-	t.spans = append(t.spans[:i], t.spans[i+1:]...)
+// expire takes sp out of the table if its readers have not read it all.
+func (t *aheadTable) expire(sp *aheadSpan, bufs *runBufs) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.removeLocked(sp)
+	t.freeLocked(sp, bufs)
 }
 
 // removeLocked takes sp out of the table if it is still there.
 func (t *aheadTable) removeLocked(sp *aheadSpan) {
 	for i, s := range t.spans {
 		if s == sp {
-			t.dropLocked(i)
+			s.gone = true
+			t.spans = append(t.spans[:i], t.spans[i+1:]...)
 			return
 		}
 	}
@@ -145,30 +184,62 @@ func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 	}
 }
 
-// aheadFrames returns the sealed bytes of the frames ps[i], i in g, from a
-// span read ahead, waiting for its read, and a function to call once they
-// are decrypted; or nil if no span holds them (or its read failed).
-func (r *Reader) aheadFrames(ctx context.Context, ps []Pointer, g []int) ([][]byte, func()) {
-	seg, start, end := ps[g[0]].Segment, uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
-	sp := r.ahead.take(seg, start, end)
-	if sp == nil {
-		return nil, nil
+// sealedFrames returns the sealed bytes of the frames ps[i], i in g (a
+// group of runGroups), in the order of g: from spans read ahead where they
+// hold them (waiting for their reads), the rest read from the store with
+// one request per stretch that no span holds (fetchGroup; pool as there).
+// done gives back what the frames lie in; call it once they are opened.
+func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
+	frames = make([][]byte, len(g))
+	var spans []*aheadSpan
+	var used []uint64
+	var bufs [][]byte
+	done = func() {
+		for i, sp := range spans {
+			r.ahead.release(sp, used[i], &r.bufs)
+		}
+		for _, b := range bufs {
+			r.bufs.put(b)
+		}
 	}
-	select {
-	case <-sp.done:
-	case <-ctx.Done():
-		r.ahead.release(sp, 0, &r.bufs)
-		return nil, nil
+	for j := 0; j < len(g); {
+		sp, k := r.ahead.take(ps, g[j:])
+		if sp != nil {
+			read := false
+			select {
+			case <-sp.done:
+				read = true
+			case <-ctx.Done():
+			}
+			if read && sp.data != nil {
+				n := uint64(0)
+				for x, i := range g[j : j+k] {
+					a := uint64(ps[i].Offset) - sp.start
+					b := a + uint64(ps[i].Length)
+					frames[j+x] = sp.data[a:b:b]
+					n += uint64(ps[i].Length)
+				}
+				spans, used = append(spans, sp), append(used, n)
+				j += k
+				continue
+			}
+			r.ahead.release(sp, 0, &r.bufs) // failed, or not waited for: read them here
+		} else {
+			k = 1
+			for j+k < len(g) && !r.ahead.holds(ps[g[j+k]]) {
+				k++
+			}
+		}
+		buf, fetched, pooled, err := r.fetchGroup(ctx, ps, g[j:j+k], pool)
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		if pooled {
+			bufs = append(bufs, buf)
+		}
+		copy(frames[j:], fetched)
+		j += k
 	}
-	if sp.data == nil {
-		r.ahead.release(sp, 0, &r.bufs)
-		return nil, nil
-	}
-	frames := make([][]byte, len(g))
-	for j, i := range g {
-		a := uint64(ps[i].Offset) - sp.start
-		b := a + uint64(ps[i].Length)
-		frames[j] = sp.data[a:b:b]
-	}
-	return frames, func() { r.ahead.release(sp, end-start, &r.bufs) }
+	return frames, done, nil
 }

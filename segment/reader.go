@@ -762,14 +762,12 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 		want = r.readDiskRuns(ids, ps, want, out, loan)
 	}
 	for _, g := range runGroups(ps, want) {
-		buf, frames, pooled, err := r.fetchGroup(ctx, ps, g, r.disk == nil)
+		frames, done, err := r.sealedFrames(ctx, ps, g, r.disk == nil)
 		if err != nil {
 			return nil, err
 		}
 		plains, err := r.acceptRun(ids, ps, g, frames, loan)
-		if pooled {
-			r.bufs.put(buf)
-		}
+		done()
 		if err != nil {
 			return nil, err
 		}
@@ -850,19 +848,11 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 // readGroupTo reads the frames ps[i], i in g, with one request and
 // decrypts each into dst[i], on every core, for ReadRunTo.
 func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g []int, dst [][]byte) error {
-	frames, done := r.aheadFrames(ctx, ps, g)
-	if frames != nil {
-		defer done()
-	} else {
-		buf, fetched, pooled, err := r.fetchGroup(ctx, ps, g, true)
-		if err != nil {
-			return err
-		}
-		if pooled {
-			defer r.bufs.put(buf)
-		}
-		frames = fetched
+	frames, done, err := r.sealedFrames(ctx, ps, g, true)
+	if err != nil {
+		return err
 	}
+	defer done()
 	errs := make([]error, len(g))
 	forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
 		i := g[j]

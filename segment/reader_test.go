@@ -804,13 +804,14 @@ func TestReadRunTo(t *testing.T) {
 }
 
 // TestReadAheadServesReadRunTo: a run's sealed bytes read ahead serve the
-// ReadRunTo calls inside them without another request, the span leaves
-// the table and its buffer goes back to the pool once all of it has been
-// read, the table holds at most aheadMax spans, and a read-ahead that
-// failed leaves the reader to read the frames itself.
+// reads of frames inside them without another request, also a read that
+// straddles two spans and one through ReadRunLent; a span leaves the
+// table and its buffer goes back to the pool once all of it has been
+// read, or aheadTTL after its read; a full table refuses new spans; and a
+// read-ahead that failed leaves the reader to read the frames itself.
 func TestReadAheadServesReadRunTo(t *testing.T) {
 	const per = 40 // a run over half a pooled buffer, as fs reads ahead
-	f := newFixture(t, 2*per)
+	f := newFixture(t, 3*per)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{})
 	readTo := func(lo, hi int) {
@@ -838,38 +839,63 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 		defer r.bufs.mu.Unlock()
 		return len(r.bufs.free)
 	}
+	requests := func(want int, what string) {
+		t.Helper()
+		if n := f.cs.total(); n != want {
+			t.Fatalf("%s: %d requests, want %d", what, n, want)
+		}
+	}
 
 	r.ReadAhead(ctx, f.ps[:per])
-	if n := f.cs.total(); n != 1 || spans() != 1 {
-		t.Fatalf("read-ahead of one run: %d requests, %d spans; want 1 and 1", n, spans())
-	}
-	r.ReadAhead(ctx, f.ps[3:per/2]) // inside the span already held
+	r.ReadAhead(ctx, f.ps[per:2*per])
+	requests(2, "two runs read ahead")
+	r.ReadAhead(ctx, f.ps[3:per/2]) // inside a span held already
+	requests(2, "a run inside a span held")
 	free := freeBufs()
-	readTo(0, per/2)
-	readTo(per/2, per)
-	if n := f.cs.total(); n != 1 {
-		t.Fatalf("%d requests for frames read ahead, want the read-ahead's 1", n)
+	readTo(0, per-5)
+	readTo(per-5, per+5) // across both spans
+	datas, loan, err := r.ReadRunLent(ctx, f.ids[per+5:2*per], f.ps[per+5:2*per])
+	if err != nil {
+		t.Fatal(err)
 	}
-	if spans() != 0 || freeBufs() != free+1 {
-		t.Fatalf("after the whole span was read: %d spans held, %d free buffers (was %d); want 0 and %d", spans(), freeBufs(), free, free+1)
+	for j, d := range datas {
+		if !bytes.Equal(d, f.plains[per+5+j]) {
+			t.Fatalf("lent frame %d differs", per+5+j)
+		}
 	}
-	readTo(per, 2*per) // not read ahead: read here
-	if n := f.cs.total(); n != 2 {
-		t.Fatalf("%d requests, want 2", n)
+	loan.Release()
+	requests(2, "frames read ahead")
+	if spans() != 0 || freeBufs() != free+2 {
+		t.Fatalf("after the spans were read whole: %d spans held, %d free buffers (was %d); want 0 and %d", spans(), freeBufs(), free, free+2)
+	}
+	readTo(2*per, 3*per) // not read ahead: read here
+	requests(3, "frames not read ahead")
+
+	// A full table refuses new spans; its spans still serve their frames.
+	f.cs.reset()
+	for i := range aheadMax + 2 {
+		r.ReadAhead(ctx, f.ps[2*per+i:2*per+i+1])
+	}
+	requests(aheadMax, "a full table")
+	readTo(2*per+aheadMax, 2*per+aheadMax+2) // refused: read here, with one request
+	readTo(2*per, 2*per+aheadMax)
+	requests(aheadMax+1, "frames of a full table")
+	if spans() != 0 {
+		t.Fatalf("%d spans held after all were read", spans())
 	}
 
-	// The table keeps the newest aheadMax spans.
-	for i := range aheadMax + 3 {
-		r.ReadAhead(ctx, f.ps[per+i:per+i+1])
-	}
-	if spans() != aheadMax {
-		t.Fatalf("%d spans held, want at most %d", spans(), aheadMax)
-	}
-	f.cs.reset()
-	readTo(per, per+1)   // among the oldest, pushed out: read from the store
-	readTo(per+3, per+4) // still held
-	if n := f.cs.total(); n != 1 {
-		t.Fatalf("%d requests for one evicted span and one held, want 1", n)
+	// A span nobody reads leaves the table aheadTTL after its read.
+	defer func(ttl time.Duration) { aheadTTL = ttl }(aheadTTL)
+	aheadTTL = 20 * time.Millisecond
+	r.ReadAhead(ctx, f.ps[:per])
+	readTo(0, 1) // reads a little of it
+	free = freeBufs()
+	deadline := time.Now().Add(5 * time.Second)
+	for spans() != 0 || freeBufs() != free+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a span left unread: %d spans held, %d free buffers (was %d) after 5 s", spans(), freeBufs(), free)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 
 	// A read-ahead that fails is dropped; the reader reads for itself.
