@@ -275,11 +275,11 @@ const (
 )
 
 func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
-	skip, window, least := int64(readAheadSkip), int64(readAheadWindow), int64(readAheadMin)
+	window, least := int64(readAheadWindow), int64(readAheadMin)
 	if e.local {
 		window, least = readAheadLocalWindow, readAheadLocalMin
 	}
-	from := max(end+skip, n.raEnd.Load())
+	from := max(end+readAheadSkip, n.raEnd.Load())
 	to := min(end+window, size)
 	if to-from < least && to < size || to <= from || e.closed.Load() {
 		return

@@ -419,6 +419,17 @@ func (l *Local) ReadRange(ctx context.Context, key string, off int64, dst []byte
 	return readAt(f, key, dst, off)
 }
 
+// willNeed starts the kernel reading [off, off+n) of key's file into the
+// page cache (WillNeed).
+func (l *Local) willNeed(key string, off, n int64) {
+	f, _, err := l.openObject("get", key)
+	if err != nil {
+		return
+	}
+	_ = unix.Fadvise(int(f.Fd()), off, n, unix.FADV_WILLNEED)
+	_ = f.Close()
+}
+
 // localRandomRead is the largest ReadRange the local store reads without
 // kernel read-ahead: a frame or two.
 const localRandomRead = 64 << 10

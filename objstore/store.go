@@ -94,6 +94,16 @@ type RangeReader interface {
 	ReadRange(ctx context.Context, key string, off int64, dst []byte) error
 }
 
+// WillNeed tells s, if it or a store it wraps keeps objects as local files,
+// that the n bytes of key at off are to be read soon, so that the kernel
+// reads them into its page cache ahead of the reads. Other stores ignore
+// it, and so do errors: it is a hint.
+func WillNeed(s Store, key string, off, n int64) {
+	if l := asLocal(s); l != nil {
+		l.willNeed(key, off, n)
+	}
+}
+
 // ReadRange fills dst with the len(dst) bytes of key at off: with s's own
 // ReadRange if it has one, otherwise with GetRange and a copy.
 func ReadRange(ctx context.Context, s Store, key string, off int64, dst []byte) error {

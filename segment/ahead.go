@@ -12,24 +12,29 @@ import (
 // decrypted straight into its buffer (ReadRunTo), and their sealed bytes
 // are read past the page cache (objstore.ReadSpan), so the kernel no
 // longer reads ahead of it. ReadAhead does: it reads a run's sealed span
-// into a pooled buffer that the next reads of frames inside the span
-// decrypt from, waiting for it if it is still being read. Only sealed
-// bytes wait here, each decrypted once, by the reader that wants it.
+// into a buffer (a pooled one, for runs of up to about 2 MiB) that the
+// next reads of frames inside the span decrypt from, waiting for it if it
+// is still being read. Only sealed bytes wait here, each decrypted once,
+// by the reader that wants it.
 //
-// The spans are few and short-lived. A span leaves the table once all of
-// its bytes have been read, or aheadTTL after its read if they have not
-// (a reader that stopped, or read around it); its buffer goes back to the
-// pool when no reader decrypts from it any more. When the table is full,
-// a new span is refused rather than one pushed out: the oldest is the one
-// a reader wants next.
+// The spans are few and short-lived. A span leaves the table once readers
+// have taken as many bytes from it as it holds, or aheadTTL after its read
+// if they have not (a reader that stopped, read around it, or found the
+// frames in the memory cache); its buffer goes back to the pool when no
+// reader decrypts from it any more. When the table is full, a new span is
+// refused rather than one pushed out, as the oldest is the one a reader
+// wants next, and the kernel is asked to read the run into its page cache
+// instead (objstore.WillNeed), which the reads then copy from.
 
-// aheadMax bounds the spans held: as many as the pool keeps buffers
-// (runBufKeep), 17.5 MiB, above the local read-ahead window of one reader
-// (fs, 12 MiB in runs of 2 MiB).
-const aheadMax = runBufKeep
+// aheadMax bounds the spans held, at most 35 MiB of buffers: above the
+// local read-ahead window of one reader (fs, 12 MiB in runs of up to
+// 2 MiB, shorter where segments are small or end).
+const aheadMax = 16
 
-// aheadTTL is how long a span read ahead waits for its readers.
-var aheadTTL = 3 * time.Second // a variable for tests
+// aheadTTL is how long a span read ahead waits for its readers after its
+// read: the fs read-ahead window (12 MiB) takes a reader of 12 MiB/s that
+// long to reach.
+var aheadTTL = time.Second // a variable for tests
 
 // aheadSpan is the sealed bytes [start, end) of a segment, read ahead.
 type aheadSpan struct {
@@ -37,15 +42,18 @@ type aheadSpan struct {
 	start, end uint64
 	done       chan struct{} // closed once the read has finished
 
+	// Set under aheadTable.mu before done is closed; a reader holding a
+	// reference (refs) reads data without the lock after done.
 	data   []byte // the span, inside buf; nil if the read failed
 	buf    []byte
 	pooled bool
 
 	// Under aheadTable.mu:
-	refs int    // readers decrypting from data
-	used uint64 // bytes of it read so far
-	gone bool   // out of the table: buf goes back once refs and the read are done
-	read bool   // the read has finished
+	refs  int    // readers decrypting from data
+	used  uint64 // bytes taken from it so far
+	gone  bool   // out of the table: buf goes back once refs and the read are done
+	read  bool   // the read has finished
+	timer *time.Timer
 }
 
 // holds reports whether the span covers the frame at p.
@@ -60,30 +68,35 @@ type aheadTable struct {
 }
 
 // ReadAhead reads the sealed bytes of the run ps (frames adjacent in one
-// segment, in offset order) for the reads to come, unless a span held
-// already covers them or the table is full. It returns when they are
-// read; errors are left to the readers, which then read the frames
-// themselves. A reader with a disk cache reads nothing ahead here: the
-// cache takes the sealed frames it reads for its own (Fetch reads ahead
-// into it).
+// segment, in offset order) for the reads to come, but not the frames
+// that spans held already cover. It returns when they are read; errors
+// are left to the readers, which then read the frames themselves. A
+// reader with a disk cache reads nothing ahead here: the cache takes the
+// sealed frames it reads for its own (Fetch reads ahead into it).
 func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 	if len(ps) == 0 || r.disk != nil || r.checkRun(ps) != nil {
 		return
 	}
-	seg, start, end := ps[0].Segment, uint64(ps[0].Offset), ps[len(ps)-1].End()
-	sp := &aheadSpan{seg: seg, start: start, end: end, done: make(chan struct{})}
 	t := &r.ahead
 	t.mu.Lock()
-	for _, s := range t.spans {
-		if s.seg == seg && s.start <= start && end <= s.end {
-			t.mu.Unlock()
-			return
-		}
+	// Successive read-aheads of a stream share the extent at their edge.
+	for len(ps) > 0 && t.holdsLocked(ps[0]) {
+		ps = ps[1:]
 	}
-	if len(t.spans) >= aheadMax {
+	for len(ps) > 0 && t.holdsLocked(ps[len(ps)-1]) {
+		ps = ps[:len(ps)-1]
+	}
+	if len(ps) == 0 {
 		t.mu.Unlock()
 		return
 	}
+	seg, start, end := ps[0].Segment, uint64(ps[0].Offset), ps[len(ps)-1].End()
+	if len(t.spans) >= aheadMax {
+		t.mu.Unlock()
+		objstore.WillNeed(r.store, Key(seg), int64(start), int64(end-start))
+		return
+	}
+	sp := &aheadSpan{seg: seg, start: start, end: end, done: make(chan struct{})}
 	t.spans = append(t.spans, sp)
 	t.mu.Unlock()
 
@@ -102,11 +115,11 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 	if data == nil {
 		t.removeLocked(sp)
 	}
+	if !sp.gone {
+		sp.timer = time.AfterFunc(aheadTTL, func() { t.expire(sp, &r.bufs) })
+	}
 	t.freeLocked(sp, &r.bufs)
 	t.mu.Unlock()
-	if data != nil {
-		time.AfterFunc(aheadTTL, func() { t.expire(sp, &r.bufs) })
-	}
 }
 
 // take returns the span that holds the frame ps[g[0]], read or being
@@ -132,6 +145,10 @@ func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
 func (t *aheadTable) holds(p Pointer) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.holdsLocked(p)
+}
+
+func (t *aheadTable) holdsLocked(p Pointer) bool {
 	for _, s := range t.spans {
 		if s.holds(p) {
 			return true
@@ -141,8 +158,8 @@ func (t *aheadTable) holds(p Pointer) bool {
 }
 
 // release gives back take's reference after n bytes of the span were read
-// from it (0 if none were). A span whose bytes have all been read leaves
-// the table.
+// from it (0 if none were). A span that has given as many bytes as it
+// holds leaves the table.
 func (t *aheadTable) release(sp *aheadSpan, n uint64, bufs *runBufs) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -152,6 +169,34 @@ func (t *aheadTable) release(sp *aheadSpan, n uint64, bufs *runBufs) {
 		t.removeLocked(sp)
 	}
 	t.freeLocked(sp, bufs)
+}
+
+// passed credits the spans holding the frames ps[i], i not in want (an
+// ascending list), which a reader found elsewhere (the memory cache), as
+// if it had read them from the spans.
+func (t *aheadTable) passed(ps []Pointer, want []int, bufs *runBufs) {
+	if len(want) == len(ps) {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := 0
+	for i, p := range ps {
+		if w < len(want) && want[w] == i {
+			w++
+			continue
+		}
+		for _, s := range t.spans {
+			if s.holds(p) {
+				s.used += uint64(p.Length)
+				if s.used >= s.end-s.start {
+					t.removeLocked(s)
+					t.freeLocked(s, bufs)
+				}
+				break
+			}
+		}
+	}
 }
 
 // expire takes sp out of the table if its readers have not read it all.
@@ -167,6 +212,9 @@ func (t *aheadTable) removeLocked(sp *aheadSpan) {
 	for i, s := range t.spans {
 		if s == sp {
 			s.gone = true
+			if s.timer != nil {
+				s.timer.Stop()
+			}
 			t.spans = append(t.spans[:i], t.spans[i+1:]...)
 			return
 		}
@@ -220,6 +268,7 @@ func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool b
 					n += uint64(ps[i].Length)
 				}
 				spans, used = append(spans, sp), append(used, n)
+				r.aheadHits.Add(uint64(k))
 				j += k
 				continue
 			}

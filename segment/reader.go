@@ -78,6 +78,10 @@ type ReaderStats struct {
 	MemEntries  int
 	DiskBytes   int64 // disk cache usage
 	DiskEntries int
+
+	AheadHits  uint64 // frames read from sealed spans read ahead (ahead.go)
+	AheadSpans int    // spans waiting for their readers
+	AheadBytes int64  // their bytes
 }
 
 // Reader serves frames: memory cache of plaintext (byte-bounded LRU) ->
@@ -100,8 +104,8 @@ type Reader struct {
 	bufs  runBufs    // run buffers to reuse (runbuf.go)
 	ahead aheadTable // sealed spans read ahead (ahead.go)
 
-	memHits, diskHits, misses           atomic.Uint64
-	gets, fetched, corrupt, diskCorrupt atomic.Uint64
+	memHits, diskHits, misses, aheadHits atomic.Uint64
+	gets, fetched, corrupt, diskCorrupt  atomic.Uint64
 }
 
 type corruptSite struct {
@@ -248,6 +252,7 @@ func (r *Reader) Stats() ReaderStats {
 		DiskHits:     r.diskHits.Load(),
 		Misses:       r.misses.Load(),
 		Gets:         r.gets.Load(),
+		AheadHits:    r.aheadHits.Load(),
 		BytesFetched: r.fetched.Load(),
 		Corrupt:      r.corrupt.Load(),
 		DiskCorrupt:  r.diskCorrupt.Load(),
@@ -257,6 +262,12 @@ func (r *Reader) Stats() ReaderStats {
 		s.MemBytes, s.MemEntries = r.mu.mem.used, r.mu.mem.len()
 	}
 	r.mu.Unlock()
+	r.ahead.mu.Lock()
+	for _, sp := range r.ahead.spans {
+		s.AheadSpans++
+		s.AheadBytes += int64(sp.end - sp.start)
+	}
+	r.ahead.mu.Unlock()
 	if r.disk != nil {
 		s.DiskBytes, s.DiskEntries = r.disk.stats()
 		s.DiskSkipped = uint64(r.disk.skipped.Load())
@@ -758,6 +769,7 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 		}
 	}
 	r.mu.Unlock()
+	r.ahead.passed(ps, want, &r.bufs)
 	if r.disk != nil && len(want) > 0 {
 		want = r.readDiskRuns(ids, ps, want, out, loan)
 	}
@@ -833,6 +845,7 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 		hits = append(hits, [2][]byte{e.data, dst[i]})
 	}
 	r.mu.Unlock()
+	r.ahead.passed(ps, want, &r.bufs)
 	r.memHits.Add(uint64(len(hits)))
 	for _, h := range hits {
 		copy(h[1], h[0])

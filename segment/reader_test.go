@@ -871,6 +871,22 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	readTo(2*per, 3*per) // not read ahead: read here
 	requests(3, "frames not read ahead")
 
+	// Read-aheads that overlap read each frame once, and every span
+	// leaves once its frames are read.
+	f.cs.reset()
+	fetched := r.Stats().BytesFetched
+	r.ReadAhead(ctx, f.ps[:per])
+	r.ReadAhead(ctx, f.ps[per-2:2*per]) // shares two frames with the first
+	r.ReadAhead(ctx, f.ps[per-1:per+1]) // held whole: nothing to read
+	readTo(0, 2*per)
+	requests(2, "overlapping read-aheads")
+	if got, want := r.Stats().BytesFetched-fetched, f.ps[2*per-1].End()-uint64(f.ps[0].Offset); got != want {
+		t.Fatalf("overlapping read-aheads read %d bytes for frames of %d", got, want)
+	}
+	if st := r.Stats(); spans() != 0 || st.AheadSpans != 0 || st.AheadBytes != 0 {
+		t.Fatalf("after overlapping spans were read: %d spans held (stats %d, %d bytes)", spans(), st.AheadSpans, st.AheadBytes)
+	}
+
 	// A full table refuses new spans; its spans still serve their frames.
 	f.cs.reset()
 	for i := range aheadMax + 2 {
@@ -929,6 +945,8 @@ func TestReadAheadConcurrent(t *testing.T) {
 	f := newFixture(t, 4*per)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{})
+	defer func(ttl time.Duration) { aheadTTL = ttl }(aheadTTL)
+	aheadTTL = time.Millisecond // spans also expire while read
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 4 {

@@ -34,7 +34,7 @@ type collector struct {
 
 	barrierDuration, barrierFailures, dirty *prometheus.Desc
 
-	cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheFetched, cacheSkipped, authFailures *prometheus.Desc
+	cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheFetched, cacheSkipped, cacheAhead, authFailures *prometheus.Desc
 
 	fuseOps, fuseErrors, fuseBytes, fuseDuration, nbdOps, nbdErrors, nbdBytes, nbdDuration *prometheus.Desc
 }
@@ -97,9 +97,10 @@ func newCollector(p *process) *collector {
 
 	c.cacheHits = d("ebbfs_cache_hits_total", "Frames served without a store request, by level (memory, disk, pending: a segment still uploading).", "level")
 	c.cacheMisses = d("ebbfs_cache_misses_total", "Frames fetched from the store.")
-	c.cacheBytes = d("ebbfs_cache_bytes", "Bytes held by the frame caches, by level (memory, disk).", "level")
+	c.cacheBytes = d("ebbfs_cache_bytes", "Bytes held by the frame caches, by level (memory, disk, readahead).", "level")
 	c.cacheEntries = d("ebbfs_cache_entries", "Entries in the frame caches, by level (memory: runs of frames, disk: frames).", "level")
 	c.cacheFetched = d("ebbfs_cache_fetched_bytes_total", "Bytes the reads of missed frames fetched from the store.")
+	c.cacheAhead = d("ebbfs_cache_readahead_frames_total", "Frames decrypted from sealed bytes read ahead (local store).")
 	c.cacheSkipped = d("ebbfs_cache_disk_skipped_bytes_total", "Frame bytes the disk cache left out because its write queue was full (the cache disk slower than uploads and fetches).")
 	c.authFailures = d("ebbfs_frame_auth_failures_total", "Frames or segment directories that failed authentication or checks, by where they came from (store: reported as EIO; disk_cache: dropped and fetched again).", "source")
 
@@ -217,9 +218,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.cacheMisses, float64(rs.Misses))
 	gauge(ch, c.cacheBytes, float64(rs.MemBytes), "memory")
 	gauge(ch, c.cacheBytes, float64(rs.DiskBytes), "disk")
+	gauge(ch, c.cacheBytes, float64(rs.AheadBytes), "readahead")
 	gauge(ch, c.cacheEntries, float64(rs.MemEntries), "memory")
 	gauge(ch, c.cacheEntries, float64(rs.DiskEntries), "disk")
 	counter(ch, c.cacheFetched, float64(rs.BytesFetched))
+	counter(ch, c.cacheAhead, float64(rs.AheadHits))
 	counter(ch, c.cacheSkipped, float64(rs.DiskSkipped))
 	counter(ch, c.authFailures, float64(rs.Corrupt), "store")
 	counter(ch, c.authFailures, float64(rs.DiskCorrupt), "disk_cache")
