@@ -316,7 +316,6 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	if err != nil {
 		return
 	}
-	local := e.local
 	var wg sync.WaitGroup
 	for len(all) > 0 && ctx.Err() == nil {
 		k, span := 1, all[0].p.Length
@@ -333,7 +332,7 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if local {
+			if e.local {
 				e.rd.ReadAhead(ctx, ptrs)
 				return
 			}

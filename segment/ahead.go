@@ -100,15 +100,7 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 	t.spans = append(t.spans, sp)
 	t.mu.Unlock()
 
-	n := int(end - start)
-	buf, pooled := r.bufs.scratch(n + objstore.SpanSlack)
-	r.gets.Add(1)
-	data, err := objstore.ReadSpan(ctx, r.store, Key(seg), int64(start), n, buf)
-	if err == nil {
-		r.fetched.Add(uint64(n))
-	} else {
-		data = nil
-	}
+	buf, data, pooled, _ := r.readSealed(ctx, Key(seg), int64(start), int(end-start), true)
 	t.mu.Lock()
 	sp.data, sp.buf, sp.pooled, sp.read = data, buf, pooled, true
 	close(sp.done)
@@ -124,7 +116,9 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 
 // take returns the span that holds the frame ps[g[0]], read or being
 // read, with a reference to it that release gives back, and how many of
-// the frames ps[i], i in g, from the first on it holds; or nil.
+// the frames ps[i], i in g, from the first on it holds. If no span holds
+// that frame, it returns nil and how many, from the first on, no span
+// holds.
 func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -138,16 +132,14 @@ func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
 			return s, k
 		}
 	}
-	return nil, 0
+	k := 1
+	for k < len(g) && !t.holdsLocked(ps[g[k]]) {
+		k++
+	}
+	return nil, k
 }
 
-// holds reports whether a span in the table covers the frame at p.
-func (t *aheadTable) holds(p Pointer) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.holdsLocked(p)
-}
-
+// holdsLocked reports whether a span in the table covers the frame at p.
 func (t *aheadTable) holdsLocked(p Pointer) bool {
 	for _, s := range t.spans {
 		if s.holds(p) {
@@ -273,11 +265,6 @@ func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool b
 				continue
 			}
 			r.ahead.release(sp, 0, &r.bufs) // failed, or not waited for: read them here
-		} else {
-			k = 1
-			for j+k < len(g) && !r.ahead.holds(ps[g[j+k]]) {
-				k++
-			}
 		}
 		buf, fetched, pooled, err := r.fetchGroup(ctx, ps, g[j:j+k], pool)
 		if err != nil {

@@ -555,28 +555,10 @@ func (r *Reader) checkRun(ps []Pointer) error {
 func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool bool) ([]byte, [][]byte, bool, error) {
 	start, end := uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
 	key, n := Key(ps[g[0]].Segment), int64(end-start)
-	r.gets.Add(1)
-	var buf, data []byte
-	pooled := false
-	if pool {
-		// A scratch run may be read past the page cache, wherever in
-		// buf that suits the store (objstore.ReadSpan).
-		buf, pooled = r.bufs.scratch(int(n) + objstore.SpanSlack)
-		var err error
-		if data, err = objstore.ReadSpan(ctx, r.store, key, int64(start), int(n), buf); err != nil {
-			if pooled {
-				r.bufs.put(buf)
-			}
-			return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
-		}
-	} else {
-		buf = make([]byte, n)
-		if err := objstore.ReadRange(ctx, r.store, key, int64(start), buf); err != nil {
-			return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
-		}
-		data = buf
+	buf, data, pooled, err := r.readSealed(ctx, key, int64(start), int(n), pool)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
 	}
-	r.fetched.Add(uint64(n))
 	out := make([][]byte, len(g))
 	for j, i := range g {
 		p := ps[i]
@@ -584,6 +566,30 @@ func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool boo
 		out[j] = data[a : a+uint64(p.Length) : a+uint64(p.Length)]
 	}
 	return buf, out, pooled, nil
+}
+
+// readSealed reads the n bytes of key at off. With scratch set, it reads
+// them into a scratch buffer (a pooled one where they fit, for its caller
+// to give back) wherever in it suits the store (objstore.ReadSpan: past
+// the page cache); otherwise into a buffer of n bytes its caller may keep.
+// It returns the buffer and the slice of it that holds the bytes.
+func (r *Reader) readSealed(ctx context.Context, key string, off int64, n int, scratch bool) (buf, data []byte, pooled bool, err error) {
+	r.gets.Add(1)
+	if scratch {
+		buf, pooled = r.bufs.scratch(n + objstore.SpanSlack)
+		data, err = objstore.ReadSpan(ctx, r.store, key, off, n, buf)
+	} else {
+		buf = make([]byte, n)
+		data, err = buf, objstore.ReadRange(ctx, r.store, key, off, buf)
+	}
+	if err != nil {
+		if pooled {
+			r.bufs.put(buf)
+		}
+		return nil, nil, false, err
+	}
+	r.fetched.Add(uint64(n))
+	return buf, data, pooled, nil
 }
 
 // openRun authenticates and decrypts the frames ps[i], i in g, whose
