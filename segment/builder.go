@@ -29,6 +29,14 @@ func NewBuilder(k *keys.Keys, segID uint64, c Codec) *Builder {
 	return &Builder{k: k, segID: segID, codec: c}
 }
 
+// NewBuilderIn is NewBuilder building the segment in buf's capacity (its
+// bytes are overwritten) for as long as it fits: a writer that reuses the
+// buffers of segments it has uploaded does not have a new one allocated
+// and cleared for every segment. Finish's object then aliases buf.
+func NewBuilderIn(k *keys.Keys, segID uint64, c Codec, buf []byte) *Builder {
+	return &Builder{k: k, segID: segID, codec: c, buf: buf[:0]}
+}
+
 // Grow reserves room for n more frame bytes, so a segment sealed at a
 // known target size is built without reallocating.
 func (b *Builder) Grow(n int) {
@@ -53,6 +61,16 @@ func (b *Builder) Add(id FrameID, plain []byte) Pointer {
 	return b.record(id, off, len(b.buf)-off, uint32(len(plain)))
 }
 
+// sealGroup is how many consecutive frames of AddFrames share a nonce
+// prefix (keys.Sealer): with XAES-256-GCM, one key derivation, AES key
+// schedule and GCM setup per group rather than per frame, for the writer
+// and for a reader of the run (segment.Reader decrypting a run keeps the
+// key of the last prefix it saw). The pieces of one group, at most 64,
+// are AES-256-GCM messages with random 96-bit nonces under the derived
+// key: far inside its limits. Per frame, that setup cost about 6% of a
+// cold read's CPU on this machine (bench/README.md).
+const sealGroup = 8
+
 // AddFrames encodes plains[i] as the frame for ids[i], appends the frames
 // in order and returns their pointers. Up to workers goroutines compress
 // and seal at once. Each frame is sealed in place, in a slot of the
@@ -60,6 +78,9 @@ func (b *Builder) Add(id FrameID, plain []byte) Pointer {
 // slots are then closed up; so frames of incompressible data are never
 // copied after sealing, and the buffer is sized once, with room for the
 // directory and footer that Finish adds. Same panics as Add.
+//
+// Frames are sealed in groups of sealGroup consecutive ones, each group by
+// one goroutine, whose pieced frames share one keys.Sealer.
 func (b *Builder) AddFrames(ids []FrameID, plains [][]byte, workers int) []Pointer {
 	if len(ids) != len(plains) {
 		panic(fmt.Sprintf("segment: AddFrames of %d ids and %d plains", len(ids), len(plains)))
@@ -78,11 +99,18 @@ func (b *Builder) AddFrames(ids []FrameID, plains [][]byte, workers int) []Point
 	buf := b.buf[:base+slots[len(plains)]]
 
 	frames := make([][]byte, len(plains))
-	encode := func(i int) {
-		lo, hi := base+slots[i], base+slots[i+1]
-		frames[i] = EncodeFrame(buf[lo:lo:hi], b.k, ids[i], plains[i], b.codec)
-	}
-	forEach(len(plains), workers, encode)
+	groups := (len(plains) + sealGroup - 1) / sealGroup
+	forEach(groups, workers, func(g int) {
+		var s *keys.Sealer
+		if b.k.Pieced {
+			own := b.k.Data.NewSealer()
+			s = &own
+		}
+		for i := g * sealGroup; i < min((g+1)*sealGroup, len(plains)); i++ {
+			lo, hi := base+slots[i], base+slots[i+1]
+			frames[i] = encodeFrame(buf[lo:lo:hi], b.k, s, ids[i], plains[i], b.codec)
+		}
+	})
 
 	ptrs := make([]Pointer, len(plains))
 	off := base

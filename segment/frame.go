@@ -235,6 +235,12 @@ func grow(b []byte, n int) []byte {
 // The AAD is "ebbfs-frame-v1" || fs uuid || ino || extent || gen (u64 LE
 // each). The segment id is not bound, so repack can copy frames verbatim.
 func EncodeFrame(dst []byte, k *keys.Keys, id FrameID, plain []byte, c Codec) []byte {
+	return encodeFrame(dst, k, nil, id, plain, c)
+}
+
+// encodeFrame is EncodeFrame sealing the pieces of a pieced frame with s
+// (nil: a Sealer of its own).
+func encodeFrame(dst []byte, k *keys.Keys, s *keys.Sealer, id FrameID, plain []byte, c Codec) []byte {
 	var ab [frameAADLen]byte
 	aad := frameAAD(&ab, k.UUID, id)
 	// Build codec byte || payload in a pooled scratch buffer, then seal it.
@@ -242,7 +248,7 @@ func EncodeFrame(dst []byte, k *keys.Keys, id FrameID, plain []byte, c Codec) []
 	scratch, ok := compress(append((*sp)[:0], byte(c)), plain, c)
 	if !ok && len(plain) > PieceSize && k.Pieced {
 		scratchPool.Put(sp)
-		return sealPieces(dst, k, id, plain)
+		return sealPieces(dst, k, s, id, plain)
 	}
 	if !ok {
 		scratch = append(scratch[:1], plain...)
@@ -285,11 +291,17 @@ func checkFrameLen(frame []byte, plainLen int) error {
 }
 
 func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
+	return decodeFrameWith(dst, k, nil, id, frame, plainLen)
+}
+
+// decodeFrameWith is decodeFrameTo opening a pieced frame with o (nil: an
+// Opener of its own).
+func decodeFrameWith(dst []byte, k *keys.Keys, o *keys.Opener, id FrameID, frame []byte, plainLen int) ([]byte, error) {
 	if err := checkFrameLen(frame, plainLen); err != nil {
 		return nil, err
 	}
 	if Pieced(len(frame), plainLen) {
-		return openPieces(grow(dst, plainLen), k, id, plainLen, 0, frame)
+		return openPiecesTo(grow(dst, plainLen), false, k, o, id, plainLen, 0, frame)
 	}
 	// Decrypt into a pooled scratch buffer and only then into dst (or a
 	// new slice of exactly plainLen bytes): codec byte and payload do not

@@ -67,9 +67,12 @@ func pieceAAD(buf *[pieceAADLen]byte, uuid [16]byte, id FrameID, i, n int) []byt
 }
 
 // sealPieces appends the pieced frame of plain (longer than PieceSize) to
-// dst.
-func sealPieces(dst []byte, k *keys.Keys, id FrameID, plain []byte) []byte {
-	s := k.Data.NewSealer()
+// dst, its pieces sealed by s (nil: a Sealer of its own).
+func sealPieces(dst []byte, k *keys.Keys, s *keys.Sealer, id FrameID, plain []byte) []byte {
+	if s == nil {
+		own := k.Data.NewSealer()
+		s = &own
+	}
 	var ab [pieceAADLen]byte
 	n := pieceCount(len(plain))
 	for i := 0; i < n; i++ {
@@ -94,7 +97,7 @@ func pieceSpan(plainLen, from, to int) (first, a, b int) {
 // pieced frame of plainLen bytes sealed for id starting with piece first,
 // and appends their plaintext to dst.
 func openPieces(dst []byte, k *keys.Keys, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
-	return openPiecesTo(dst, false, k, id, plainLen, first, span)
+	return openPiecesTo(dst, false, k, nil, id, plainLen, first, span)
 }
 
 // openPiecesInPlace is openPieces decrypting over span: it returns
@@ -102,11 +105,17 @@ func openPieces(dst []byte, k *keys.Keys, id FrameID, plainLen, first int, span 
 // gaps of the nonces and tags (piece i lands at (i-first)*PieceSize, before
 // the bytes of the pieces after it). span is destroyed either way.
 func openPiecesInPlace(k *keys.Keys, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
-	return openPiecesTo(span[:0], true, k, id, plainLen, first, span)
+	return openPiecesTo(span[:0], true, k, nil, id, plainLen, first, span)
 }
 
-func openPiecesTo(dst []byte, inPlace bool, k *keys.Keys, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
-	o := k.Data.NewOpener()
+// openPiecesTo is openPieces (or, inPlace, openPiecesInPlace) opening the
+// pieces with o, which keeps the key it derived for the frames after this
+// one (nil: an Opener of its own).
+func openPiecesTo(dst []byte, inPlace bool, k *keys.Keys, o *keys.Opener, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
+	if o == nil {
+		own := k.Data.NewOpener()
+		o = &own
+	}
 	n := pieceCount(plainLen)
 	var ab [pieceAADLen]byte
 	at := 0

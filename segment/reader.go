@@ -610,9 +610,9 @@ func (r *Reader) openRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte) 
 	}
 	plains := make([][]byte, len(g))
 	errs := make([]error, len(g))
-	forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
+	r.decodeEach(len(g), runtime.GOMAXPROCS(0), func(o *keys.Opener, j int) {
 		i := g[j]
-		plains[j], errs[j] = decodeFrameTo(buf[at[j]:at[j]:at[j+1]], r.k, ids[i], frames[j], int(ps[i].PlainLen))
+		plains[j], errs[j] = decodeFrameWith(buf[at[j]:at[j]:at[j+1]], r.k, o, ids[i], frames[j], int(ps[i].PlainLen))
 	})
 	held := int64(cap(buf))
 	for j := range g {
@@ -625,6 +625,23 @@ func (r *Reader) openRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte) 
 		}
 	}
 	return run, plains, held, errs
+}
+
+// decodeEach calls f(o, j) for j in [0, n) on up to workers goroutines,
+// each calling it for consecutive js with one keys.Opener: the frames of
+// one nonce prefix (sealed together, Builder.AddFrames) then cost one key
+// derivation. With more than one worker, each takes sealGroup js at a time.
+func (r *Reader) decodeEach(n, workers int, f func(o *keys.Opener, j int)) {
+	chunk := max(n, 1)
+	if workers > 1 {
+		chunk = sealGroup
+	}
+	forEach((n+chunk-1)/chunk, workers, func(c int) {
+		o := r.k.Data.NewOpener()
+		for j := c * chunk; j < min((c+1)*chunk, n); j++ {
+			f(&o, j)
+		}
+	})
 }
 
 // hold records a caller reading frames of run: until loan is released,
@@ -800,12 +817,15 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 // ReadRun does, but decrypts each into dst[i] (PlainLen bytes) instead of
 // a run buffer, and caches nothing: frames the memory cache holds are
 // copied from it, the rest are read with one request per run into a
-// pooled buffer and decrypted from there, on every core. It is for a
-// sequential reader of a store that has no disk cache (a local one): its
-// bytes go from the store's file to the caller's buffer with one copy and
-// the decryption, both while they are in the processor's caches, and a
-// stream larger than the memory cache does not push out what random
-// readers keep there.
+// pooled buffer and decrypted from there. It is for a sequential reader
+// of a store that has no disk cache (a local one): its bytes go from the
+// store's file to the caller's buffer with one copy and the decryption,
+// both while they are in the processor's caches, and a stream larger than
+// the memory cache does not push out what random readers keep there.
+//
+// A run of up to decryptAloneMax bytes is decrypted by the calling
+// goroutine alone, so that its plaintext is in that core's cache when the
+// caller sends it on (a FUSE reply: writev); a larger one on every core.
 func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) error {
 	if len(ids) != len(ps) || len(dst) != len(ps) {
 		return fmt.Errorf("segment run: %d ids and %d buffers for %d pointers", len(ids), len(dst), len(ps))
@@ -856,27 +876,49 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 	for _, h := range hits {
 		copy(h[1], h[0])
 	}
+	workers := 1
+	if dstLen(dst, want) > decryptAloneMax {
+		workers = runtime.GOMAXPROCS(0)
+	}
 	for _, g := range runGroups(ps, want) {
-		if err := r.readGroupTo(ctx, ids, ps, g, dst); err != nil {
+		if err := r.readGroupTo(ctx, ids, ps, g, dst, workers); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// decryptAloneMax is the most plaintext ReadRunTo decrypts on the
+// calling goroutine alone. A FUSE read (at most 1 MiB) is below it: the
+// kernel keeps a sequential reader's next request in flight, which the
+// other core serves meanwhile, and the reply is copied out of the cache
+// of the core that decrypted it. Spreading each request over both cores
+// of a 2-core machine cost 5-10% of the cold read's throughput (same-hour
+// A/B, bench/README.md).
+var decryptAloneMax = 2 << 20 // a variable for tests
+
+// dstLen sums the lengths of dst[i], i in want.
+func dstLen(dst [][]byte, want []int) int {
+	n := 0
+	for _, i := range want {
+		n += len(dst[i])
+	}
+	return n
+}
+
 // readGroupTo reads the frames ps[i], i in g, with one request and
-// decrypts each into dst[i], on every core, for ReadRunTo.
-func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g []int, dst [][]byte) error {
+// decrypts each into dst[i], on up to workers goroutines, for ReadRunTo.
+func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g []int, dst [][]byte, workers int) error {
 	frames, done, err := r.sealedFrames(ctx, ps, g, true)
 	if err != nil {
 		return err
 	}
 	defer done()
 	errs := make([]error, len(g))
-	forEach(len(g), runtime.GOMAXPROCS(0), func(j int) {
+	r.decodeEach(len(g), workers, func(o *keys.Opener, j int) {
 		i := g[j]
 		d := dst[i]
-		out, err := decodeFrameTo(d[:0:len(d)], r.k, ids[i], frames[j], len(d))
+		out, err := decodeFrameWith(d[:0:len(d)], r.k, o, ids[i], frames[j], len(d))
 		if err != nil {
 			errs[j] = r.reportCorrupt(ps[i], "", err)
 		} else if len(out) > 0 && &out[0] != &d[0] {

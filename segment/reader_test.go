@@ -762,29 +762,35 @@ func TestReadRunTo(t *testing.T) {
 	if _, err := r.ReadRun(ctx, f.ids[3:5], f.ps[3:5]); err != nil {
 		t.Fatal(err)
 	}
-	before := r.Stats()
-	dst := make([][]byte, len(f.ps))
-	for i, p := range f.ps {
-		dst[i] = make([]byte, p.PlainLen, p.PlainLen+100) // room past the frame must stay untouched
-	}
-	f.cs.reset()
-	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
-		t.Fatal(err)
-	}
-	for i := range dst {
-		if !bytes.Equal(dst[i], f.plains[i]) {
-			t.Fatalf("frame %d differs", i)
+	var dst [][]byte
+	// Decrypted by the caller alone (a run this small), then on every core.
+	defer func(was int) { decryptAloneMax = was }(decryptAloneMax)
+	for _, alone := range []int{decryptAloneMax, 0} {
+		decryptAloneMax = alone
+		before := r.Stats()
+		dst = make([][]byte, len(f.ps))
+		for i, p := range f.ps {
+			dst[i] = make([]byte, p.PlainLen, p.PlainLen+100) // room past the frame must stay untouched
 		}
-		if tail := dst[i][len(dst[i]):cap(dst[i])]; bytes.Count(tail, []byte{0}) != len(tail) {
-			t.Fatalf("frame %d: written past its buffer", i)
+		f.cs.reset()
+		if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+			t.Fatal(err)
 		}
-	}
-	st := r.Stats()
-	if st.MemEntries != before.MemEntries || st.MemHits-before.MemHits != 2 || st.Misses-before.Misses != 10 {
-		t.Fatalf("stats before %+v, after %+v: want 2 hits, 10 read, nothing new cached", before, st)
-	}
-	if n := f.cs.total(); n != 1 {
-		t.Fatalf("%d requests, want 1 (the frames around the cached ones, reading through them)", n)
+		for i := range dst {
+			if !bytes.Equal(dst[i], f.plains[i]) {
+				t.Fatalf("alone up to %d bytes: frame %d differs", alone, i)
+			}
+			if tail := dst[i][len(dst[i]):cap(dst[i])]; bytes.Count(tail, []byte{0}) != len(tail) {
+				t.Fatalf("alone up to %d bytes: frame %d: written past its buffer", alone, i)
+			}
+		}
+		st := r.Stats()
+		if st.MemEntries != before.MemEntries || st.MemHits-before.MemHits != 2 || st.Misses-before.Misses != 10 {
+			t.Fatalf("stats before %+v, after %+v: want 2 hits, 10 read, nothing new cached", before, st)
+		}
+		if n := f.cs.total(); n != 1 {
+			t.Fatalf("%d requests, want 1 (the frames around the cached ones, reading through them)", n)
+		}
 	}
 	if err := r.ReadRunTo(ctx, f.ids[:1], f.ps[:1], [][]byte{make([]byte, 1)}); err == nil {
 		t.Fatal("a buffer of the wrong length was accepted")

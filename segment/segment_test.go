@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -241,6 +242,65 @@ func TestBuilderAddFrames(t *testing.T) {
 				if err != nil || !bytes.Equal(dec, plains[i]) {
 					t.Fatalf("%v workers %d: frame %d: %v", c, workers, i, err)
 				}
+			}
+		}
+	}
+}
+
+// TestBuilderSealGroups: the pieced frames of one AddFrames call share
+// their nonce prefix in groups of sealGroup consecutive frames, and only
+// there; every piece's own 12 nonce bytes differ; and a reader decrypting
+// the run with one Opener (decodeEach) or one per frame reads them all.
+func TestBuilderSealGroups(t *testing.T) {
+	k := testKeys(t)
+	b := NewBuilder(k, 0x78, CodecLZ4)
+	const n = 3*sealGroup + 3
+	ids := make([]FrameID, n)
+	plains := make([][]byte, n)
+	for i := range n {
+		ids[i] = FrameID{Ino: 5, Extent: uint64(i), Gen: 1}
+		plains[i] = randomExtent(ExtentSize) // incompressible: pieced
+	}
+	ps := b.AddFrames(ids, plains, 2)
+	data := b.Finish()
+	prefix := func(i, piece int) []byte {
+		at := int(ps[i].Offset) + piece*(PieceSize+pieceOverhead)
+		return data[at : at+12]
+	}
+	own := map[string]bool{}
+	for i := range n {
+		if !Pieced(int(ps[i].Length), int(ps[i].PlainLen)) {
+			t.Fatalf("frame %d is not pieced", i)
+		}
+		for piece := range pieceCount(ExtentSize) {
+			if !bytes.Equal(prefix(i, piece), prefix(i-i%sealGroup, 0)) {
+				t.Fatalf("frame %d piece %d: nonce prefix differs from its group's", i, piece)
+			}
+			at := int(ps[i].Offset) + piece*(PieceSize+pieceOverhead)
+			key := string(data[at+12 : at+24])
+			if own[key] {
+				t.Fatalf("frame %d piece %d: nonce bytes repeated", i, piece)
+			}
+			own[key] = true
+		}
+		if i%sealGroup == 0 && i > 0 && bytes.Equal(prefix(i, 0), prefix(i-1, 0)) {
+			t.Fatalf("frame %d starts a group but shares the previous group's prefix", i)
+		}
+	}
+	r, err := NewReader(ReaderOptions{Store: objstore.NewMem(), Keys: k, Logger: discardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, workers := range []int{1, 2} {
+		got := make([][]byte, n)
+		errs := make([]error, n)
+		r.decodeEach(n, workers, func(o *keys.Opener, j int) {
+			got[j], errs[j] = decodeFrameWith(nil, k, o, ids[j], data[ps[j].Offset:ps[j].End()], ExtentSize)
+		})
+		for j := range n {
+			if errs[j] != nil || !bytes.Equal(got[j], plains[j]) {
+				t.Fatalf("workers %d: frame %d: %v", workers, j, errs[j])
 			}
 		}
 	}

@@ -11,16 +11,17 @@ import (
 // share.
 const sharedNonce = 12
 
-// Sealer seals the messages of one group (the pieces of a frame) with
-// nonces that share their first 12 bytes, random per Sealer, and have 12
-// random bytes of their own. Each message is still nonce || ciphertext ||
-// tag and opens on its own with AEAD.Open.
+// Sealer seals the messages of one group (the pieces of a few frames
+// sealed together, segment.Builder.AddFrames) with nonces that share
+// their first 12 bytes, random per Sealer, and have 12 random bytes of
+// their own. Each message is still nonce || ciphertext || tag and opens on
+// its own with AEAD.Open. A Sealer is used by one goroutine at a time.
 //
 // XAES-256-GCM derives its per-message key from the first 12 nonce bytes
 // only, so a group costs one derivation, one AES key schedule and one GCM
 // setup instead of one per message. Under that derived key the messages
-// are plain AES-256-GCM with random 96-bit nonces, of which a group uses a
-// few: far inside AES-GCM's limits for random nonces. XChaCha20-Poly1305
+// are plain AES-256-GCM with random 96-bit nonces, of which a group uses
+// at most a few dozen: far inside AES-GCM's limits for random nonces. XChaCha20-Poly1305
 // gains nothing from the shared bytes and loses nothing either.
 type Sealer struct {
 	a      *AEAD
@@ -56,7 +57,7 @@ func (s *Sealer) SealTo(dst, aad, plain []byte) []byte {
 }
 
 // Opener opens messages as AEAD.OpenTo does, keeping the XAES-256-GCM key
-// derived for the last nonce prefix it saw: the pieces of one frame
+// derived for the last nonce prefix it saw: the pieces of one group
 // (sealed by one Sealer) then cost one derivation.
 type Opener struct {
 	a      *AEAD
