@@ -256,7 +256,7 @@ func (l *Local) writeTemp(data []byte) (name, etag string, err error) {
 		_ = os.Remove(name)
 		return "", "", err
 	}
-	if _, err := f.Write(data); err != nil {
+	if err := writeNew(f, data); err != nil {
 		return fail(err)
 	}
 	if !l.noXattr.Load() {
