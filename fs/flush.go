@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
@@ -259,6 +260,9 @@ type segJob struct {
 // it has written them, so those buffers are left to the collector.
 var segBufs sync.Pool
 
+// segBufsReused counts the segments built in a reused buffer (for tests).
+var segBufsReused atomic.Int64
+
 // getSegBuf returns a buffer for a segment being built: a reused one on a
 // local store, else nil (the builder allocates).
 func (e *Engine) getSegBuf() []byte {
@@ -266,6 +270,7 @@ func (e *Engine) getSegBuf() []byte {
 		return nil
 	}
 	if b, ok := segBufs.Get().(*[]byte); ok {
+		segBufsReused.Add(1)
 		return *b
 	}
 	return nil

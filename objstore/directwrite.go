@@ -9,9 +9,9 @@ import (
 
 // writeNew writes data to f, a new empty file, from offset 0. An object of
 // directMin bytes or more whose buffer starts on a spanAlign boundary (a
-// segment: the Go heap gives large buffers whole pages) has its whole
-// blocks written with O_DIRECT and only its last partial block through
-// the page cache. The disk then reads the bytes straight from data: no
+// segment, among others: the Go heap gives large buffers whole pages) has
+// its whole blocks written with O_DIRECT and only its last partial block
+// through the page cache. The disk then reads the bytes straight from data: no
 // copy into the page cache, no writeback of it by the fsync that follows,
 // and no second copy of every sealed byte crowding the page cache, where
 // the mounted files' plaintext already is. A filesystem that refuses

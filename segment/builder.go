@@ -71,6 +71,13 @@ func (b *Builder) Add(id FrameID, plain []byte) Pointer {
 // cold read's CPU on this machine (bench/README.md).
 const sealGroup = 8
 
+// groupSize is how many consecutive frames of n one goroutine takes at a
+// time, of workers: up to sealGroup, and few enough that every worker has
+// some.
+func groupSize(n, workers int) int {
+	return min(max((n+workers-1)/max(workers, 1), 1), sealGroup)
+}
+
 // AddFrames encodes plains[i] as the frame for ids[i], appends the frames
 // in order and returns their pointers. Up to workers goroutines compress
 // and seal at once. Each frame is sealed in place, in a slot of the
@@ -79,8 +86,9 @@ const sealGroup = 8
 // copied after sealing, and the buffer is sized once, with room for the
 // directory and footer that Finish adds. Same panics as Add.
 //
-// Frames are sealed in groups of sealGroup consecutive ones, each group by
-// one goroutine, whose pieced frames share one keys.Sealer.
+// Frames are sealed in groups of up to sealGroup consecutive ones (fewer
+// when that keeps every worker busy), each group by one goroutine, whose
+// pieced frames share one keys.Sealer.
 func (b *Builder) AddFrames(ids []FrameID, plains [][]byte, workers int) []Pointer {
 	if len(ids) != len(plains) {
 		panic(fmt.Sprintf("segment: AddFrames of %d ids and %d plains", len(ids), len(plains)))
@@ -99,14 +107,14 @@ func (b *Builder) AddFrames(ids []FrameID, plains [][]byte, workers int) []Point
 	buf := b.buf[:base+slots[len(plains)]]
 
 	frames := make([][]byte, len(plains))
-	groups := (len(plains) + sealGroup - 1) / sealGroup
-	forEach(groups, workers, func(g int) {
+	per := groupSize(len(plains), workers)
+	forEach((len(plains)+per-1)/per, workers, func(g int) {
 		var s *keys.Sealer
 		if b.k.Pieced {
 			own := b.k.Data.NewSealer()
 			s = &own
 		}
-		for i := g * sealGroup; i < min((g+1)*sealGroup, len(plains)); i++ {
+		for i := g * per; i < min((g+1)*per, len(plains)); i++ {
 			lo, hi := base+slots[i], base+slots[i+1]
 			frames[i] = encodeFrame(buf[lo:lo:hi], b.k, s, ids[i], plains[i], b.codec)
 		}

@@ -16,8 +16,10 @@ import (
 //
 // so that a small read of the extent fetches and authenticates only the
 // pieces it covers: a 4 KiB random read of a 32 KiB extent reads 4,136
-// bytes, not 32,809. The pieces of a frame share the first 12 bytes of
-// their nonces (keys.Sealer), so XAES-256-GCM derives one key per frame.
+// bytes, not 32,809. The pieces of the frames sealed together (up to
+// sealGroup consecutive frames of Builder.AddFrames, or one frame) share
+// the first 12 bytes of their nonces (keys.Sealer), so XAES-256-GCM
+// derives one key per group.
 //
 // A pieced frame of plainLen bytes is PiecedLen(plainLen) long: plainLen
 // plus 40 bytes for each of at least two pieces. A whole frame is at most

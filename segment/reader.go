@@ -630,11 +630,12 @@ func (r *Reader) openRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte) 
 // decodeEach calls f(o, j) for j in [0, n) on up to workers goroutines,
 // each calling it for consecutive js with one keys.Opener: the frames of
 // one nonce prefix (sealed together, Builder.AddFrames) then cost one key
-// derivation. With more than one worker, each takes sealGroup js at a time.
+// derivation. With more than one worker, each takes up to sealGroup js at
+// a time (groupSize).
 func (r *Reader) decodeEach(n, workers int, f func(o *keys.Opener, j int)) {
 	chunk := max(n, 1)
 	if workers > 1 {
-		chunk = sealGroup
+		chunk = groupSize(n, workers)
 	}
 	forEach((n+chunk-1)/chunk, workers, func(c int) {
 		o := r.k.Data.NewOpener()

@@ -247,12 +247,19 @@ func TestBuilderAddFrames(t *testing.T) {
 	}
 }
 
-// TestBuilderSealGroups: the pieced frames of one AddFrames call share
-// their nonce prefix in groups of sealGroup consecutive frames, and only
-// there; every piece's own 12 nonce bytes differ; and a reader decrypting
-// the run with one Opener (decodeEach) or one per frame reads them all.
+// TestBuilderSealGroups: under either cipher, the pieced frames of one
+// AddFrames call share their nonce prefix in groups of sealGroup
+// consecutive frames, and only there; every piece's own 12 nonce bytes
+// differ; and a reader decrypting the run with one Opener per goroutine
+// (decodeEach, which keeps the key derived for a group) or one per frame
+// reads them all.
 func TestBuilderSealGroups(t *testing.T) {
-	k := testKeys(t)
+	for _, ci := range bothCiphers {
+		t.Run(string(ci), func(t *testing.T) { testSealGroups(t, cipherKeys(t, ci)) })
+	}
+}
+
+func testSealGroups(t *testing.T, k *keys.Keys) {
 	b := NewBuilder(k, 0x78, CodecLZ4)
 	const n = 3*sealGroup + 3
 	ids := make([]FrameID, n)
@@ -261,7 +268,7 @@ func TestBuilderSealGroups(t *testing.T) {
 		ids[i] = FrameID{Ino: 5, Extent: uint64(i), Gen: 1}
 		plains[i] = randomExtent(ExtentSize) // incompressible: pieced
 	}
-	ps := b.AddFrames(ids, plains, 2)
+	ps := b.AddFrames(ids, plains, 1) // one worker: groups of sealGroup
 	data := b.Finish()
 	prefix := func(i, piece int) []byte {
 		at := int(ps[i].Offset) + piece*(PieceSize+pieceOverhead)
@@ -292,16 +299,56 @@ func TestBuilderSealGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	for _, workers := range []int{1, 2} {
+	for _, workers := range []int{1, 2, 0} { // 0: an Opener per frame
 		got := make([][]byte, n)
 		errs := make([]error, n)
-		r.decodeEach(n, workers, func(o *keys.Opener, j int) {
+		decode := func(o *keys.Opener, j int) {
 			got[j], errs[j] = decodeFrameWith(nil, k, o, ids[j], data[ps[j].Offset:ps[j].End()], ExtentSize)
-		})
+		}
+		if workers == 0 {
+			for j := range n {
+				decode(nil, j)
+			}
+		} else {
+			r.decodeEach(n, workers, decode)
+		}
 		for j := range n {
 			if errs[j] != nil || !bytes.Equal(got[j], plains[j]) {
 				t.Fatalf("workers %d: frame %d: %v", workers, j, errs[j])
 			}
 		}
+	}
+	// With two workers, a batch of 8 frames is two groups of 4 (both
+	// workers busy), sharing nothing across.
+	b2 := NewBuilder(k, 0x79, CodecLZ4)
+	ps2 := b2.AddFrames(ids[:8], plains[:8], 2)
+	data2 := b2.Finish()
+	at := func(i int) []byte { return data2[ps2[i].Offset : ps2[i].Offset+12] }
+	if !bytes.Equal(at(0), at(3)) || !bytes.Equal(at(4), at(7)) || bytes.Equal(at(3), at(4)) {
+		t.Fatal("8 frames on 2 workers are not sealed as two groups of 4")
+	}
+}
+
+// TestBuilderIn: a segment built in a given buffer with room for it is
+// built there (Finish's object is that memory), whatever the buffer held.
+func TestBuilderIn(t *testing.T) {
+	k := testKeys(t)
+	buf := bytes.Repeat([]byte{0xee}, 1<<20)
+	b := NewBuilderIn(k, 0x7a, CodecLZ4, buf)
+	ids := []FrameID{{Ino: 1, Extent: 0, Gen: 1}, {Ino: 1, Extent: 1, Gen: 1}}
+	plains := [][]byte{randomExtent(ExtentSize), textExtent(3, ExtentSize)}
+	ps := b.AddFrames(ids, plains, 2)
+	obj := b.Finish()
+	if &obj[0] != &buf[0] {
+		t.Fatal("the segment was not built in the buffer given")
+	}
+	for i, p := range ps {
+		got, err := DecodeFrame(k, ids[i], obj[p.Offset:p.End()], int(p.PlainLen))
+		if err != nil || !bytes.Equal(got, plains[i]) {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	if f, err := ParseFooter(obj[len(obj)-FooterSize:]); err != nil || f.ObjectSize() != int64(len(obj)) {
+		t.Fatalf("footer %+v, %v", f, err)
 	}
 }
