@@ -17,20 +17,30 @@ import (
 // the mounted files' plaintext already is. A filesystem that refuses
 // O_DIRECT, and any other buffer, get a plain write.
 func writeNew(f *os.File, data []byte) error {
+	done, err := writeDirect(f, data)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data[done:], int64(done))
+	return err
+}
+
+// writeDirect writes what it can of data's whole blocks to f from offset 0
+// with O_DIRECT and returns how many bytes it wrote: 0 where writeNew
+// writes it all through the page cache, and on a filesystem that refuses
+// O_DIRECT. An error is one of the disk's (no space, I/O).
+func writeDirect(f *os.File, data []byte) (int, error) {
 	n := len(data) &^ (spanAlign - 1)
 	if n < directMin || uintptr(unsafe.Pointer(&data[0]))&(spanAlign-1) != 0 {
-		_, err := f.Write(data)
-		return err
+		return 0, nil
 	}
 	fd := int(f.Fd())
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
-		_, err := f.Write(data)
-		return err
+		return 0, nil
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_DIRECT); err != nil {
-		_, err := f.Write(data) // a filesystem without O_DIRECT
-		return err
+		return 0, nil
 	}
 	done := 0
 	var werr error
@@ -39,36 +49,20 @@ func writeNew(f *os.File, data []byte) error {
 		if err == unix.EINTR {
 			continue
 		}
+		if k > 0 {
+			done += k
+		}
 		if err != nil || k <= 0 || k%spanAlign != 0 {
-			werr = err
-			if k > 0 {
-				done += k
+			// EINVAL before a byte: O_DIRECT taken by fcntl but not by
+			// the write. A short write leaves the rest to the page cache.
+			if err != unix.EINVAL || done > 0 {
+				werr = err
 			}
 			break
 		}
-		done += k
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags); err != nil {
-		return err
+		return done, err
 	}
-	if werr == unix.EINVAL && done == 0 {
-		werr = nil // O_DIRECT accepted by open but not by write: write it buffered
-	}
-	if werr != nil {
-		return werr
-	}
-	for done < len(data) {
-		k, err := unix.Pwrite(fd, data[done:], int64(done))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if k == 0 {
-			return unix.EIO
-		}
-		done += k
-	}
-	return nil
+	return done, werr
 }

@@ -23,19 +23,13 @@ func TestPutWritesPastPageCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	direct := true
 	probe, err := os.CreateTemp(dir, "probe-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	probe.Close()
-	if fd, err := unix.Open(probe.Name(), unix.O_WRONLY|unix.O_DIRECT, 0); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the test directory %s refuses O_DIRECT (%v): CI's disk must take it", dir, err)
-		}
-		t.Logf("%s refuses O_DIRECT (%v): checking the bytes only", dir, err)
-		direct = false
-	} else {
+	fd, direct := openDirect(t, probe.Name())
+	if direct {
 		unix.Close(fd)
 	}
 	// tmpfs takes O_DIRECT (Linux 6.6 on) but keeps every page in memory

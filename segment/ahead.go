@@ -156,11 +156,17 @@ func (t *aheadTable) release(sp *aheadSpan, n uint64, bufs *runBufs) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	sp.refs--
+	t.creditLocked(sp, n)
+	t.freeLocked(sp, bufs)
+}
+
+// creditLocked counts n more bytes taken from sp; a span that has given
+// as many bytes as it holds leaves the table.
+func (t *aheadTable) creditLocked(sp *aheadSpan, n uint64) {
 	sp.used += n
 	if sp.used >= sp.end-sp.start {
 		t.removeLocked(sp)
 	}
-	t.freeLocked(sp, bufs)
 }
 
 // passed credits the spans holding the frames ps[i], i not in want (an
@@ -180,11 +186,8 @@ func (t *aheadTable) passed(ps []Pointer, want []int, bufs *runBufs) {
 		}
 		for _, s := range t.spans {
 			if s.holds(p) {
-				s.used += uint64(p.Length)
-				if s.used >= s.end-s.start {
-					t.removeLocked(s)
-					t.freeLocked(s, bufs)
-				}
+				t.creditLocked(s, uint64(p.Length))
+				t.freeLocked(s, bufs)
 				break
 			}
 		}
