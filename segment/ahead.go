@@ -221,7 +221,7 @@ func (t *aheadTable) removeLocked(sp *aheadSpan) {
 func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 	if sp.gone && sp.read && sp.refs == 0 && sp.buf != nil {
 		if sp.pooled {
-			bufs.put(sp.buf)
+			bufs.putScratch(sp.buf)
 		}
 		sp.buf, sp.data = nil, nil
 	}
@@ -242,7 +242,7 @@ func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool b
 			r.ahead.release(sp, used[i], &r.bufs)
 		}
 		for _, b := range bufs {
-			r.bufs.put(b)
+			r.bufs.putScratch(b)
 		}
 	}
 	for j := 0; j < len(g); {

@@ -584,7 +584,7 @@ func (r *Reader) readSealed(ctx context.Context, key string, off int64, n int, s
 	}
 	if err != nil {
 		if pooled {
-			r.bufs.put(buf)
+			r.bufs.putScratch(buf)
 		}
 		return nil, nil, false, err
 	}

@@ -14,9 +14,9 @@ import (
 const module = "ebbfs.dev/ebbfs/"
 
 // shared are the small internal pieces any layer may use (DESIGN section 1:
-// clock, failpoints, key derivation; and the retry loop, histograms and
-// atomic file writes).
-var shared = []string{"internal/clock", "internal/failpoint", "internal/fileutil", "internal/keys", "internal/retry", "internal/stats"}
+// clock, failpoints, key derivation; and the retry loop, histograms,
+// atomic file writes and buffers on huge pages).
+var shared = []string{"internal/clock", "internal/failpoint", "internal/fileutil", "internal/hugemem", "internal/keys", "internal/retry", "internal/stats"}
 
 // layers lists, for every package of the module, the packages of the
 // module its non-test files may import (DESIGN section 1: imports go
@@ -43,6 +43,7 @@ var layers = map[string][]string{
 	"internal/retry":     {"internal/clock"},
 	"internal/stats":     {},
 	"internal/fileutil":  {},
+	"internal/hugemem":   {},
 	"internal/lint":      {},
 	"bench/mountbench":   {"internal/mountinfo", "internal/s3test"},
 	"internal/mountinfo": {},
