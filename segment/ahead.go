@@ -26,13 +26,13 @@ import (
 // wants next, and the kernel is asked to read the run into its page cache
 // instead (objstore.WillNeed), which the reads then copy from.
 
-// aheadMax bounds the spans held, at most 35 MiB of buffers: above the
-// local read-ahead window of one reader (fs, 12 MiB in runs of up to
-// 2 MiB, shorter where segments are small or end).
-const aheadMax = 16
+// aheadMax bounds the spans held, at most 53 MiB of buffers: the local
+// read-ahead window of one reader (fs, 24 MiB) in runs of 2 MiB, or of
+// 1 MiB where segments are that small.
+const aheadMax = 24
 
 // aheadTTL is how long a span read ahead waits for its readers after its
-// read: the fs read-ahead window (12 MiB) takes a reader of 12 MiB/s that
+// read: the fs read-ahead window (24 MiB) takes a reader of 24 MiB/s that
 // long to reach.
 var aheadTTL = time.Second // a variable for tests
 

@@ -59,7 +59,7 @@ func (p *runBufs) scratch(n int) (b []byte, pooled bool) {
 }
 
 // sealedBufsMax bounds the sealed spans' buffers outside the Go heap.
-const sealedBufsMax = 24
+const sealedBufsMax = 32
 
 // putScratch gives back a pooled scratch buffer that nothing reads any
 // more.
@@ -69,7 +69,7 @@ func (p *runBufs) putScratch(b []byte) { sealedBufs.Put(b) }
 // reads of sealed spans (objstore.ReadSpan) land in them, 2 MiB of a span
 // on one huge page (hugemem): on a virtio disk that read a cold file 1.3x
 // as fast as Go heap buffers did. The buffers live as long as the process,
-// so the pool is shared; at most sealedBufsMax are mapped (55 MiB,
+// so the pool is shared; at most sealedBufsMax are mapped (70 MiB,
 // outside the Go heap), enough for the read-ahead spans (aheadMax) and
 // the reads in flight of a busy reader, and the rest are the heap's.
 var sealedBufs = hugemem.NewPool(runBufSize, runBufKeep, sealedBufsMax)
