@@ -96,6 +96,7 @@ type inode struct {
 	seqEnd atomic.Int64 // where the last read ended (read-ahead detection)
 	raEnd  atomic.Int64 // read-ahead issued up to this offset
 	ra     atomic.Pointer[readAheadRun]
+	ptrWin atomic.Pointer[pointerWindow] // a sequential reader's pointers (committedIn)
 }
 
 // readAheadRun is a read-ahead in flight: reads of its range wait for it

@@ -482,7 +482,7 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		}
 		return nil
 	}
-	committed, err := e.pointersIn(n.ino, first, last+1)
+	committed, err := e.committedIn(n, first, last+1, !random)
 	if err != nil {
 		return err
 	}

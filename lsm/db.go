@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -41,6 +42,9 @@ type DB struct {
 	// shared, Close holds it exclusively.
 	closeMu sync.RWMutex
 	closed  bool
+
+	// changes counts the changes to the local state (Changes).
+	changes atomic.Uint64
 
 	// snaps are the open snapshots (snapshot.go), closed before the state
 	// they view is.
@@ -191,6 +195,12 @@ func (db *DB) NewIter(lower, upper []byte) (*pebble.Iterator, error) {
 
 // ErrStopScan, returned by a Scan callback, ends the scan without error.
 var ErrStopScan = errors.New("lsm: stop scan")
+
+// Changes counts the changes to the keys: every Commit, journal batch
+// applied and state swapped in, counted once readers can see it. A caller
+// that read Changes before reading keys and finds it unchanged later knows
+// that what it read is still what the keys hold.
+func (db *DB) Changes() uint64 { return db.changes.Load() }
 
 // Scan calls f for every key in [lower, upper) in order, in one iterator
 // (a consistent view). The slices are valid only during the call. It
@@ -384,6 +394,7 @@ func (db *DB) Commit(b *Batch) error {
 	db.checkReserve()
 	repr := bytes.Clone(b.pb.Repr())
 	err := db.withPebble(func(p *pebble.DB) error { return p.Apply(b.pb, pebble.NoSync) })
+	db.changes.Add(1) // also on an error: Pebble may have applied it
 	if err != nil {
 		return err
 	}

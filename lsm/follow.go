@@ -154,6 +154,7 @@ func (db *DB) rebuild(ctx context.Context) error {
 	old, oldDir := db.pdb, db.pebbleDir
 	db.releaseSnapshots(old)
 	db.pdb, db.pebbleDir = fresh.pdb, fresh.pebbleDir
+	db.changes.Add(1)
 	db.mu.Lock()
 	db.mu.appliedSeq = fresh.mu.appliedSeq
 	db.mu.nextSeq = fresh.mu.nextSeq

@@ -164,6 +164,7 @@ func (db *DB) openPebble(mustExist bool) error {
 		return fmt.Errorf("lsm: open local pebble %s: %w", db.pebbleDir, err)
 	}
 	db.pdb = p
+	db.changes.Add(1)
 	return nil
 }
 
@@ -408,6 +409,7 @@ func (db *DB) applyJournal(j Journal) error {
 			}
 			err := p.Apply(b, pebble.NoSync)
 			b.Close()
+			db.changes.Add(1)
 			if err != nil {
 				return fmt.Errorf("lsm: replay %s batch %d: %w", name, i, err)
 			}
