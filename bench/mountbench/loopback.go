@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // loopbackFSType is what the passthrough mount shows in /proc/mounts.
@@ -19,9 +21,10 @@ const loopbackFSType = "fuse.mountbench"
 // harness's child mode (-serve-loopback).
 //
 // The options mirror ebbfs's fs/fuse.Mount so that the comparison is of the
-// filesystems and not of the mount: 1 MiB MaxWrite and MaxReadAhead, no
-// writeback cache, 1 s entry and attribute timeouts, default_permissions
-// (and allow_other) as root, mounted directly with nosuid,nodev,noatime.
+// filesystems and not of the mount: 1 MiB MaxWrite and MaxReadAhead, a
+// 2 MiB kernel readahead window (loopbackReadaheadKiB), no writeback cache,
+// 1 s entry and attribute timeouts, default_permissions (and allow_other)
+// as root, mounted directly with nosuid,nodev,noatime.
 // The stock LoopbackNode opens files without FOPEN_KEEP_CACHE, so unlike
 // ebbfs it loses the page cache at every open.
 //
@@ -64,6 +67,9 @@ func serveLoopback(src, mp string, kernelPassthrough bool) error {
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mp, err)
 	}
+	if err := setReadahead(mp, loopbackReadaheadKiB); err != nil {
+		fmt.Fprintf(os.Stderr, "mountbench loopback: %v (the kernel's 128 KiB stays)\n", err)
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	done := make(chan struct{})
@@ -80,4 +86,20 @@ func serveLoopback(src, mp string, kernelPassthrough bool) error {
 		<-done
 	}
 	return nil
+}
+
+// loopbackReadaheadKiB is the kernel readahead window of the passthrough's
+// mount: ebbfs's (fs/fuse readaheadKiB), which ebbfs sets on its own
+// mount as root. The kernel starts a FUSE mount at 128 KiB.
+const loopbackReadaheadKiB = 2048
+
+// setReadahead sets the readahead window of the mount at mp (its backing
+// device's read_ahead_kb; root only).
+func setReadahead(mp string, kib int) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(mp, &st); err != nil {
+		return err
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	return os.WriteFile(path, []byte(strconv.Itoa(kib)), 0o644)
 }

@@ -137,7 +137,7 @@ func (b *bench) report(w io.Writer) {
 		fmt.Fprintf(w, "every number is the median of %d rounds (the target order rotates each round)\n", o.rounds)
 	}
 	fmt.Fprintln(w, "targets: disk = a plain directory; passthrough = go-fuse fs.NewLoopbackRoot of a directory,")
-	fmt.Fprintln(w, "  mounted like ebbfs (MaxWrite/MaxReadAhead 1MiB, no writeback cache, 1s timeouts);")
+	fmt.Fprintln(w, "  mounted like ebbfs (MaxWrite/MaxReadAhead 1MiB, 2MiB kernel readahead, no writeback cache, 1s timeouts);")
 	if o.kernelPassthrough {
 		fmt.Fprintln(w, "  WITH kernel FUSE passthrough (-kernel-passthrough): its data path bypasses the server;")
 	} else {
