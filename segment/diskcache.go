@@ -64,7 +64,7 @@ type diskCache struct {
 	// mu) to fake a full or failing disk.
 	statfs      func(dir string) (total, avail int64, err error)
 	writeFrames func(data, idx string, off int64, b []byte, recs []diskEntry) error
-	readFrame   func(f *os.File, off int64, n int) ([]byte, error)
+	readFrame   func(f *os.File, off int64, dst []byte) ([]byte, error)
 	punch       func(path string, off, n int64) error
 
 	max     int64
@@ -212,16 +212,15 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 
 // readAt reads n bytes at off: fewer (the file ends) are returned as they
 // are, for the caller's length check.
-func readAt(f *os.File, off int64, n int) ([]byte, error) {
-	b := make([]byte, n)
-	k, err := f.ReadAt(b, off)
-	if k == n {
+func readAt(f *os.File, off int64, dst []byte) ([]byte, error) {
+	k, err := f.ReadAt(dst, off)
+	if k == len(dst) {
 		err = nil
 	}
-	if err != nil && k < n && errors.Is(err, io.EOF) {
+	if err != nil && k < len(dst) && errors.Is(err, io.EOF) {
 		err = nil
 	}
-	return b[:k], err
+	return dst[:k], err
 }
 
 // punchHole frees [off, off+n) of the file at path, keeping its size.
@@ -654,7 +653,7 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 			c.drop(p, "unreadable: "+err.Error())
 			return nil, false
 		}
-		b, err := read(f, int64(p.Offset), int(p.Length))
+		b, err := read(f, int64(p.Offset), make([]byte, p.Length))
 		if errors.Is(err, os.ErrClosed) {
 			continue // closed under us to stay within diskOpenFiles
 		}
@@ -694,10 +693,10 @@ func (c *diskCache) present(ps []Pointer, idx []int) []int {
 // errNotCached: the segment has no file in the cache (any more).
 var errNotCached = errors.New("segment not in the disk cache")
 
-// readSpan reads n bytes at off of segment seg's file, with one read:
-// the frames a span holds and the gaps between them. Fewer bytes (the
-// file ends) are returned as they are.
-func (c *diskCache) readSpan(seg uint64, off int64, n int) ([]byte, error) {
+// readSpan reads len(dst) bytes at off of segment seg's file into dst,
+// with one read: the frames a span holds and the gaps between them. Fewer
+// bytes (the file ends) are returned as they are.
+func (c *diskCache) readSpan(seg uint64, off int64, dst []byte) ([]byte, error) {
 	for try := 0; ; try++ {
 		c.mu.Lock()
 		s := c.segs[seg]
@@ -711,7 +710,7 @@ func (c *diskCache) readSpan(seg uint64, off int64, n int) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		b, err := read(f, off, n)
+		b, err := read(f, off, dst)
 		if errors.Is(err, os.ErrClosed) && try == 0 {
 			continue // closed under us to stay within diskOpenFiles
 		}
