@@ -33,6 +33,7 @@ func openDirect(t *testing.T, path string) (int, bool) {
 // buffer, up to the object's last byte; one the cache holds, and a small
 // one, are read through it; ranges outside the object and buffers without
 // the slack are errors; the wrapping stores pass spans on and count them.
+// ReadFileSpan reads the same spans of the file by its path.
 func TestReadSpanSkipsPageCache(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -101,6 +102,26 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 		if k := resident(t, path, size); direct && k != 0 {
 			t.Fatalf("span [%d,+%d) read through the page cache: %d pages of the object in it", c.off, c.n, k)
 		}
+		// The same span of the file by its path (the disk cache's reads).
+		evict()
+		clear(buf)
+		data, err = ReadFileSpan(path, int64(c.off), c.n, buf)
+		if err != nil || !bytes.Equal(data, obj[c.off:c.off+c.n]) || !inside(data, buf) {
+			t.Fatalf("file span [%d,+%d): %v, or wrong bytes, or not in the buffer", c.off, c.n, err)
+		}
+		if k := resident(t, path, size); direct && k != 0 {
+			t.Fatalf("file span [%d,+%d) read through the page cache: %d pages of the file in it", c.off, c.n, k)
+		}
+	}
+	// A file span running past the end is what the file has.
+	evict()
+	tail := make([]byte, 1<<20+SpanSlack)
+	data, err := ReadFileSpan(path, int64(size-300001), 1<<20, tail)
+	if err != nil || !bytes.Equal(data, obj[size-300001:]) {
+		t.Fatalf("a file span past the end: %v, %d bytes, want the last 300001", err, len(data))
+	}
+	if _, err := ReadFileSpan(path, 0, 1<<20, tail[:1<<20]); err == nil {
+		t.Fatal("a buffer without the slack was taken for a file span")
 	}
 
 	// Held by the page cache, or small: read through it, into buf[:n].
@@ -108,7 +129,7 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1<<20+SpanSlack)
-	data, err := ReadSpan(ctx, l, key, 777, 1<<20, buf)
+	data, err = ReadSpan(ctx, l, key, 777, 1<<20, buf)
 	if err != nil || !bytes.Equal(data, obj[777:777+1<<20]) || &data[0] != &buf[0] {
 		t.Fatalf("a cached span: err %v, or not read through the page cache", err)
 	}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/objstore"
 )
 
 // diskCache keeps encrypted frames on local disk, one sparse file per
@@ -64,7 +66,7 @@ type diskCache struct {
 	// mu) to fake a full or failing disk.
 	statfs      func(dir string) (total, avail int64, err error)
 	writeFrames func(data, idx string, off int64, b []byte, recs []diskEntry) error
-	readFrame   func(f *os.File, off int64, dst []byte) ([]byte, error)
+	readFrame   func(f *os.File, path string, off int64, n int, buf []byte) ([]byte, error)
 	punch       func(path string, off, n int64) error
 
 	max     int64
@@ -212,6 +214,19 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 
 // readAt reads n bytes at off: fewer (the file ends) are returned as they
 // are, for the caller's length check.
+// readSpanFile reads the n bytes at off of a cache file (f, open at path)
+// into buf: a large span past the page cache through a descriptor of its
+// own (objstore.ReadFileSpan) when buf has room for that, anything else
+// with f. It returns the slice of buf holding them, shorter where the file
+// ends first.
+func readSpanFile(f *os.File, path string, off int64, n int, buf []byte) ([]byte, error) {
+	if len(buf) >= n+objstore.SpanSlack {
+		return objstore.ReadFileSpan(path, off, n, buf)
+	}
+	return readAt(f, off, buf[:n])
+}
+
+// readAt reads len(dst) bytes at off of f into dst, fewer where f ends.
 func readAt(f *os.File, off int64, dst []byte) ([]byte, error) {
 	k, err := f.ReadAt(dst, off)
 	if k == len(dst) {
@@ -242,7 +257,7 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), files: list.New(), segs: map[uint64]*diskSeg{},
 		q: make(chan diskPut, diskQueue), done: make(chan struct{}),
-		statfs: statfsDir, writeFrames: writeSegmentFrames, readFrame: readAt, punch: punchHole}
+		statfs: statfsDir, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
 	type found struct {
 		es  []diskEntry
 		mod time.Time
@@ -653,7 +668,7 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 			c.drop(p, "unreadable: "+err.Error())
 			return nil, false
 		}
-		b, err := read(f, int64(p.Offset), make([]byte, p.Length))
+		b, err := read(f, c.dataPath(s.id), int64(p.Offset), int(p.Length), make([]byte, p.Length))
 		if errors.Is(err, os.ErrClosed) {
 			continue // closed under us to stay within diskOpenFiles
 		}
@@ -693,10 +708,12 @@ func (c *diskCache) present(ps []Pointer, idx []int) []int {
 // errNotCached: the segment has no file in the cache (any more).
 var errNotCached = errors.New("segment not in the disk cache")
 
-// readSpan reads len(dst) bytes at off of segment seg's file into dst,
-// with one read: the frames a span holds and the gaps between them. Fewer
-// bytes (the file ends) are returned as they are.
-func (c *diskCache) readSpan(seg uint64, off int64, dst []byte) ([]byte, error) {
+// readSpan reads n bytes at off of segment seg's file into buf (past the
+// page cache when buf has objstore.SpanSlack bytes to spare: readSpanFile),
+// with one read: the frames a span holds and the gaps between them. It
+// returns the slice of buf holding them; fewer bytes (the file ends) are
+// returned as they are.
+func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, error) {
 	for try := 0; ; try++ {
 		c.mu.Lock()
 		s := c.segs[seg]
@@ -710,7 +727,7 @@ func (c *diskCache) readSpan(seg uint64, off int64, dst []byte) ([]byte, error) 
 		if err != nil {
 			return nil, err
 		}
-		b, err := read(f, off, dst)
+		b, err := read(f, c.dataPath(seg), off, n, buf)
 		if errors.Is(err, os.ErrClosed) && try == 0 {
 			continue // closed under us to stay within diskOpenFiles
 		}

@@ -137,7 +137,7 @@ func TestDiskCacheEIO(t *testing.T) {
 	if st := r.Stats(); st.DiskEntries != 2 {
 		t.Fatalf("%d entries", st.DiskEntries)
 	}
-	eio := func(*os.File, int64, []byte) ([]byte, error) { return nil, syscall.EIO }
+	eio := func(*os.File, string, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
 	eioW := func(string, string, int64, []byte, []diskEntry) error { return syscall.EIO }
 	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = eio, eioW })
 
@@ -159,7 +159,7 @@ func TestDiskCacheEIO(t *testing.T) {
 		t.Fatalf("failing writes logged %d times, want once:\n%s", n, logs.String())
 	}
 	// The disk recovers.
-	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = readAt, writeSegmentFrames })
+	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = readSpanFile, writeSegmentFrames })
 	f.readAll(t, r, 5)
 	f.cs.reset()
 	f.readAll(t, r, 5)
@@ -248,9 +248,9 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	}
 	var reads [][2]int64
 	setDisk(r, func(c *diskCache) {
-		c.readFrame = func(fl *os.File, off int64, dst []byte) ([]byte, error) {
-			reads = append(reads, [2]int64{off, int64(len(dst))})
-			return readAt(fl, off, dst)
+		c.readFrame = func(fl *os.File, path string, off int64, n int, buf []byte) ([]byte, error) {
+			reads = append(reads, [2]int64{off, int64(n)})
+			return readSpanFile(fl, path, off, n, buf)
 		}
 	})
 	r.mu.Lock()

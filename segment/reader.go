@@ -444,7 +444,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		if len(r.disk.present([]Pointer{p}, []int{0})) == 0 {
 			return whole()
 		}
-		span, err := r.disk.readSpan(p.Segment, int64(p.Offset)+int64(a), make([]byte, b-a))
+		span, err := r.disk.readSpan(p.Segment, int64(p.Offset)+int64(a), b-a, make([]byte, b-a))
 		if err == nil && len(span) != b-a {
 			err = fmt.Errorf("%d bytes, want %d", len(span), b-a)
 		}
@@ -947,10 +947,11 @@ func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]b
 	done := make([]bool, len(ps))
 	for _, g := range runGroups(ps, have) {
 		start, end := int64(ps[g[0]].Offset), int64(ps[g[len(g)-1]].End())
-		// The sealed span goes into a scratch buffer, given back once its
-		// frames are opened (into the run's own buffer).
-		scratch, pooled := r.bufs.scratch(int(end - start))
-		buf, err := r.disk.readSpan(ps[g[0]].Segment, start, scratch)
+		// The sealed span goes into a scratch buffer (read past the page
+		// cache), given back once its frames are opened into the run's
+		// own buffer.
+		scratch, pooled := r.bufs.scratch(int(end-start) + objstore.SpanSlack)
+		buf, err := r.disk.readSpan(ps[g[0]].Segment, start, int(end-start), scratch)
 		if err != nil {
 			if pooled {
 				r.bufs.putScratch(scratch)
