@@ -8,7 +8,7 @@ import (
 )
 
 // writeNew writes data to f, a new empty file, from offset 0. An object of
-// directMin bytes or more whose buffer starts on a spanAlign boundary (a
+// DirectMin bytes or more whose buffer starts on a spanAlign boundary (a
 // segment, among others: the Go heap gives large buffers whole pages) has
 // its whole blocks written with O_DIRECT and only its last partial block
 // through the page cache. The disk then reads the bytes straight from data: no
@@ -31,7 +31,7 @@ func writeNew(f *os.File, data []byte) error {
 // O_DIRECT. An error is one of the disk's (no space, I/O).
 func writeDirect(f *os.File, data []byte) (int, error) {
 	n := len(data) &^ (spanAlign - 1)
-	if n < directMin || uintptr(unsafe.Pointer(&data[0]))&(spanAlign-1) != 0 {
+	if n < DirectMin || uintptr(unsafe.Pointer(&data[0]))&(spanAlign-1) != 0 {
 		return 0, nil
 	}
 	fd := int(f.Fd())

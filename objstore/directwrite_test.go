@@ -54,7 +54,7 @@ func TestPutWritesPastPageCache(t *testing.T) {
 		{"aligned segment", aligned(3<<20+1234, 0), 1}, // the last partial block
 		{"aligned, whole blocks", aligned(1<<20, 0), 0},
 		{"unaligned buffer", aligned(3<<20+1234, 1), -1},
-		{"small object", aligned(directMin-spanAlign, 0), -1},
+		{"small object", aligned(DirectMin-spanAlign, 0), -1},
 	} {
 		key := "segments/00/" + c.name
 		if _, err := l.Put(ctx, key, c.data, PutOptions{IfAbsent: true}); err != nil {

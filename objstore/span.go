@@ -33,9 +33,9 @@ const SpanSlack = 3 * spanAlign
 // the largest logical block size of a disk (4 KiB).
 const spanAlign = 4096
 
-// directMin is the smallest span read directly: below it, a read is a
+// DirectMin is the smallest span read directly: below it, a read is a
 // random one, which the page cache serves better.
-const directMin = 256 << 10
+const DirectMin = 256 << 10
 
 // SpanReader is a store that can read a range into a larger buffer,
 // placing it where it reads it best (ReadSpan).
@@ -60,12 +60,12 @@ func ReadSpan(ctx context.Context, s Store, key string, off int64, n int, buf []
 	return dst, ReadRange(ctx, s, key, off, dst)
 }
 
-// ReadSpan implements SpanReader: a span of at least directMin bytes that
+// ReadSpan implements SpanReader: a span of at least DirectMin bytes that
 // the page cache does not hold whole is read with O_DIRECT, anything else
 // with pread through the page cache (also where the filesystem refuses
 // O_DIRECT, or the kernel cannot tell what the page cache holds).
 func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
-	if n < directMin {
+	if n < DirectMin {
 		dst := buf[:n]
 		return dst, l.ReadRange(ctx, key, off, dst)
 	}
@@ -102,7 +102,7 @@ func ReadFileSpan(path string, off int64, n int, buf []byte) ([]byte, error) {
 		return nil, err
 	}
 	defer func() { f.Close() }()
-	if n >= directMin {
+	if n >= DirectMin {
 		data, ok, usable := readDirect(f, off, n, buf)
 		if ok {
 			return data, nil

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/internal/fileutil"
 )
 
 // openDirect opens path with O_DIRECT and returns the descriptor, for the
@@ -173,23 +175,9 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 // resident counts the pages of path's first n bytes in the page cache.
 func resident(t *testing.T, path string, n int) int {
 	t.Helper()
-	f, err := os.Open(path)
+	k, err := fileutil.ResidentPages(path, n)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (n+os.Getpagesize()-1)/os.Getpagesize())
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-		t.Fatal(e)
-	}
-	k := 0
-	for _, v := range vec {
-		k += int(v & 1)
 	}
 	return k
 }

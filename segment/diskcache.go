@@ -66,7 +66,7 @@ type diskCache struct {
 	// mu) to fake a full or failing disk.
 	statfs      func(dir string) (total, avail int64, err error)
 	writeFrames func(data, idx string, off int64, b []byte, recs []diskEntry) error
-	readFrame   func(f *os.File, path string, off int64, n int, buf []byte) ([]byte, error)
+	readFrame   func(f *os.File, off int64, n int, buf []byte) ([]byte, error)
 	punch       func(path string, off, n int64) error
 
 	max     int64
@@ -214,14 +214,31 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 
 // readAt reads n bytes at off: fewer (the file ends) are returned as they
 // are, for the caller's length check.
-// readSpanFile reads the n bytes at off of a cache file (f, open at path)
-// into buf: a large span past the page cache through a descriptor of its
-// own (objstore.ReadFileSpan) when buf has room for that, anything else
-// with f. It returns the slice of buf holding them, shorter where the file
-// ends first.
-func readSpanFile(f *os.File, path string, off int64, n int, buf []byte) ([]byte, error) {
-	if len(buf) >= n+objstore.SpanSlack {
-		return objstore.ReadFileSpan(path, off, n, buf)
+// readSpanFile reads the n bytes at off of the cache file f into buf and
+// returns the slice of buf holding them, shorter where the file ends
+// first. A span of objstore.DirectMin bytes or more, with buf room for
+// objstore.SpanSlack besides, is read past the page cache
+// (objstore.ReadFileSpan) through a descriptor of its own on f's file
+// (/proc/self/fd), so that f, which other reads share, never turns
+// O_DIRECT, and a file evicted meanwhile is still the one read. Anything
+// else, and a span whose descriptor cannot be opened, is read with f. An
+// f closed under it (diskOpenFiles) gives os.ErrClosed.
+func readSpanFile(f *os.File, off int64, n int, buf []byte) ([]byte, error) {
+	if n >= objstore.DirectMin && len(buf) >= n+objstore.SpanSlack {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return nil, os.ErrClosed
+		}
+		var data []byte
+		var rerr error
+		if err := rc.Control(func(fd uintptr) {
+			data, rerr = objstore.ReadFileSpan(fmt.Sprintf("/proc/self/fd/%d", fd), off, n, buf)
+		}); err != nil {
+			return nil, os.ErrClosed
+		}
+		if rerr == nil {
+			return data, nil
+		}
 	}
 	return readAt(f, off, buf[:n])
 }
@@ -668,7 +685,7 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 			c.drop(p, "unreadable: "+err.Error())
 			return nil, false
 		}
-		b, err := read(f, c.dataPath(s.id), int64(p.Offset), int(p.Length), make([]byte, p.Length))
+		b, err := read(f, int64(p.Offset), int(p.Length), make([]byte, p.Length))
 		if errors.Is(err, os.ErrClosed) {
 			continue // closed under us to stay within diskOpenFiles
 		}
@@ -708,11 +725,11 @@ func (c *diskCache) present(ps []Pointer, idx []int) []int {
 // errNotCached: the segment has no file in the cache (any more).
 var errNotCached = errors.New("segment not in the disk cache")
 
-// readSpan reads n bytes at off of segment seg's file into buf (past the
-// page cache when buf has objstore.SpanSlack bytes to spare: readSpanFile),
-// with one read: the frames a span holds and the gaps between them. It
-// returns the slice of buf holding them; fewer bytes (the file ends) are
-// returned as they are.
+// readSpan reads n bytes at off of segment seg's file into buf (a large
+// span past the page cache when buf has objstore.SpanSlack bytes to
+// spare: readSpanFile), with one read: the frames a span holds and the
+// gaps between them. It returns the slice of buf holding them; fewer bytes
+// (the file ends) are returned as they are.
 func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, error) {
 	for try := 0; ; try++ {
 		c.mu.Lock()
@@ -727,7 +744,7 @@ func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, 
 		if err != nil {
 			return nil, err
 		}
-		b, err := read(f, c.dataPath(seg), off, n, buf)
+		b, err := read(f, off, n, buf)
 		if errors.Is(err, os.ErrClosed) && try == 0 {
 			continue // closed under us to stay within diskOpenFiles
 		}

@@ -14,6 +14,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/internal/fileutil"
+	"ebbfs.dev/ebbfs/objstore"
 )
 
 // fakeDisk is a filesystem of total bytes whose free space is what the
@@ -137,7 +142,7 @@ func TestDiskCacheEIO(t *testing.T) {
 	if st := r.Stats(); st.DiskEntries != 2 {
 		t.Fatalf("%d entries", st.DiskEntries)
 	}
-	eio := func(*os.File, string, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
+	eio := func(*os.File, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
 	eioW := func(string, string, int64, []byte, []diskEntry) error { return syscall.EIO }
 	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = eio, eioW })
 
@@ -248,9 +253,9 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	}
 	var reads [][2]int64
 	setDisk(r, func(c *diskCache) {
-		c.readFrame = func(fl *os.File, path string, off int64, n int, buf []byte) ([]byte, error) {
+		c.readFrame = func(fl *os.File, off int64, n int, buf []byte) ([]byte, error) {
 			reads = append(reads, [2]int64{off, int64(n)})
-			return readSpanFile(fl, path, off, n, buf)
+			return readSpanFile(fl, off, n, buf)
 		}
 	})
 	r.mu.Lock()
@@ -519,4 +524,49 @@ func heldWriter(t *testing.T, n, i int) (*fixture, *Reader, func()) {
 	r.disk.put(f.ps[i], f.data[f.ps[i].Offset:f.ps[i].End()])
 	<-entered
 	return f, r, free
+}
+
+// TestDiskCacheRunSkipsPageCache: a run of objstore.DirectMin bytes or
+// more read back from the disk cache comes past the page cache, through a
+// descriptor of its own (the cache file's shared one is left as it was),
+// and its frames are right; a single frame is still read through it.
+func TestDiskCacheRunSkipsPageCache(t *testing.T) {
+	f := newFixture(t, 32)
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
+	f.readRunAll(t, r)
+	r.disk.sync()
+	span := int(f.ps[31].End() - uint64(f.ps[0].Offset))
+	if span < objstore.DirectMin {
+		t.Fatalf("the fixture's run is %d bytes, below %d", span, objstore.DirectMin)
+	}
+	path := r.disk.dataPath(f.segID)
+	size := int(f.ps[31].End())
+	fl, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = fl.Sync()
+	err = unix.Fadvise(int(fl.Fd()), 0, 0, unix.FADV_DONTNEED)
+	fl.Close()
+	if k, rerr := fileutil.ResidentPages(path, size); err != nil || rerr != nil || k != 0 {
+		t.Skipf("this filesystem kept %d pages after FADV_DONTNEED (%v, %v): nothing to measure", k, err, rerr)
+	}
+	forget := func() {
+		r.mu.Lock()
+		r.mu.mem = newMemCache(1 << 20)
+		r.mu.Unlock()
+	}
+	forget()
+	f.cs.reset()
+	f.readRunAll(t, r)
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for a run the disk cache holds", n)
+	}
+	if k, err := fileutil.ResidentPages(path, size); err != nil || k != 0 {
+		t.Fatalf("the run was read through the page cache: %d pages of the cache file in it (%v)", k, err)
+	}
+	// The shared descriptor is not left O_DIRECT: a single frame, read
+	// through it into a buffer of its own size, still works.
+	forget()
+	f.readAll(t, r, 5)
 }

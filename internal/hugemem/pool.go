@@ -12,12 +12,16 @@
 //
 // The memory is never unmapped: a Pool keeps every buffer it made, and
 // gives the pages of those beyond its warm count back to the kernel
-// (MADV_DONTNEED), so a stray read of a buffer after Put finds zeroes, not
-// a fault. The Go collector does not see the buffers: a buffer that is not
-// given back to its Pool is lost until the process exits.
+// (MADV_DONTNEED), so a stray use of a buffer after Put finds its last
+// user's bytes or zeroes, never a fault. The Go collector does not see the
+// buffers: a buffer that is not given back to its Pool is lost until the
+// process exits.
 package hugemem
 
-import "sync"
+import (
+	"sync"
+	"unsafe"
+)
 
 // Pool is a free list of buffers of one size.
 type Pool struct {
@@ -26,7 +30,7 @@ type Pool struct {
 	mu     sync.Mutex
 	warm   [][]byte       // given back, pages still held
 	cold   [][]byte       // given back, pages returned to the kernel
-	mapped map[*byte]bool // every buffer it mapped (the others are the collector's)
+	mapped map[*byte]bool // every buffer it mapped, true while it is free (the others are the collector's)
 }
 
 // NewPool returns a pool of buffers of size bytes, of which it maps at
@@ -44,13 +48,12 @@ func (p *Pool) Size() int { return p.size }
 // a buffer of the Go heap: slower I/O, nothing else.
 func (p *Pool) Get() []byte {
 	p.mu.Lock()
-	if b := pop(&p.warm); b != nil {
-		p.mu.Unlock()
-		return b
-	}
-	if b := pop(&p.cold); b != nil {
-		p.mu.Unlock()
-		return b
+	for _, list := range []*[][]byte{&p.warm, &p.cold} {
+		if b := pop(list); b != nil {
+			p.mapped[&b[0]] = false
+			p.mu.Unlock()
+			return b
+		}
 	}
 	if len(p.mapped) >= p.max {
 		p.mu.Unlock()
@@ -61,31 +64,36 @@ func (p *Pool) Get() []byte {
 		if p.mapped == nil {
 			p.mapped = make(map[*byte]bool)
 		}
-		p.mapped[&b[0]] = true
+		p.mapped[&b[0]] = false
 	}
 	p.mu.Unlock()
 	return b
 }
 
-// Put gives back a buffer from Get that nothing reads or writes any more.
+// Put gives back a buffer from Get (or any slice of it from its first
+// byte) that nothing reads or writes any more. It panics if the buffer is
+// free already: two users would then be handed the same memory.
 func (p *Pool) Put(b []byte) {
-	if cap(b) != p.size {
+	if cap(b) == 0 {
 		return
 	}
-	b = b[:p.size]
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	mapped := p.mapped[&b[0]]
-	switch {
-	case !mapped:
-		// A buffer of the Go heap (past max, or refused a mapping): the
-		// collector's.
-	case len(p.warm) < p.keep:
-		p.warm = append(p.warm, b)
-	default:
-		release(b)
-		p.cold = append(p.cold, b)
+	free, mapped := p.mapped[&b[:1][0]]
+	if !mapped {
+		return // a buffer of the Go heap (past max, or refused a mapping): the collector's
 	}
+	if free {
+		panic("hugemem: a buffer given back twice")
+	}
+	b = unsafe.Slice(&b[:1][0], p.size)
+	p.mapped[&b[0]] = true
+	if len(p.warm) < p.keep {
+		p.warm = append(p.warm, b)
+		return
+	}
+	release(b)
+	p.cold = append(p.cold, b)
 }
 
 // Stats returns how many buffers the pool has mapped, and how many of

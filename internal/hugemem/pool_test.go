@@ -23,7 +23,7 @@ func TestPoolReusesAndReleases(t *testing.T) {
 		t.Fatalf("%d buffers mapped, more than the pool's max of 2", mapped)
 	}
 	p.Put(c)
-	p.Put(a[:10]) // a shorter slice of a buffer still gives it back
+	p.Put(a[:10:10]) // a slice of a buffer from its first byte gives it back
 	p.Put(b)
 	mapped, warm, cold := p.Stats()
 	if mapped == 2 && (warm != 1 || cold != 1) {
@@ -54,4 +54,19 @@ func TestPoolIgnoresForeignBuffers(t *testing.T) {
 	if _, warm, cold := p.Stats(); warm+cold != 0 {
 		t.Fatalf("the pool took %d buffers it never made", warm+cold)
 	}
+}
+
+func TestPoolRefusesDoublePut(t *testing.T) {
+	p := NewPool(1<<20, 4, 4)
+	b := p.Get()
+	if mapped, _, _ := p.Stats(); mapped != 1 {
+		t.Skip("the kernel refused the mapping: a heap buffer, not tracked")
+	}
+	p.Put(b)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a buffer given back twice was taken")
+		}
+	}()
+	p.Put(b)
 }
