@@ -212,8 +212,6 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 	return err
 }
 
-// readAt reads n bytes at off: fewer (the file ends) are returned as they
-// are, for the caller's length check.
 // readSpanFile reads the n bytes at off of the cache file f into buf and
 // returns the slice of buf holding them, shorter where the file ends
 // first. A span of objstore.DirectMin bytes or more, with buf room for
@@ -243,7 +241,8 @@ func readSpanFile(f *os.File, off int64, n int, buf []byte) ([]byte, error) {
 	return readAt(f, off, buf[:n])
 }
 
-// readAt reads len(dst) bytes at off of f into dst, fewer where f ends.
+// readAt reads len(dst) bytes at off of f into dst: fewer (the file ends)
+// are returned as they are, for the caller's length check.
 func readAt(f *os.File, off int64, dst []byte) ([]byte, error) {
 	k, err := f.ReadAt(dst, off)
 	if k == len(dst) {

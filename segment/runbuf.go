@@ -14,7 +14,7 @@ import (
 // pages back to the kernel, which faults them in again. So the buffers
 // of runs that the cache has let go, and that no caller still reads, are
 // kept here and used again; so are the buffers the sealed bytes are read
-// into before they are decrypted.
+// into before they are decrypted (those in sealedBufs, on huge pages).
 //
 // A buffer is reused only when nothing can read it any more: runs track
 // loans (memRun.refs) and frames handed out without one (memRun.escaped).
@@ -66,8 +66,9 @@ const sealedBufsMax = 32
 func (p *runBufs) putScratch(b []byte) { sealedBufs.Put(b) }
 
 // sealedBufs are the pooled scratch buffers of every Reader: the direct
-// reads of sealed spans (objstore.ReadSpan) land in them, 2 MiB of a span
-// on one huge page (hugemem): on a virtio disk that read a cold file 1.3x
+// reads of sealed spans (a local store's objstore.ReadSpan, the disk
+// cache's objstore.ReadFileSpan) land in them, 2 MiB of a span on one
+// huge page (hugemem): on a virtio disk that read a cold file 1.3x
 // as fast as Go heap buffers did. The buffers live as long as the process,
 // so the pool is shared; at most sealedBufsMax are mapped (70 MiB,
 // outside the Go heap), enough for the read-ahead spans (aheadMax) and
