@@ -381,11 +381,7 @@ func (l *Local) Get(ctx context.Context, key string) ([]byte, error) {
 // GetRange implements Store.
 func (l *Local) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
 	if cachedRead(key, length) {
-		buf := make([]byte, length)
-		if err := l.readSmall(ctx, key, off, buf); err != nil {
-			return nil, err
-		}
-		return buf, nil
+		return l.getSmall(ctx, key, off, length)
 	}
 	f, err := l.openRange(ctx, key, off, length)
 	if err != nil {
@@ -443,8 +439,37 @@ func cachedRead(key string, n int64) bool {
 // readSmall reads dst at off of key through a file the open-files cache
 // keeps.
 func (l *Local) readSmall(ctx context.Context, key string, off int64, dst []byte) error {
+	e, err := l.acquireSmall(ctx, key, off, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	defer l.files.release(e)
+	return readAt(e.f, key, dst, off)
+}
+
+// getSmall is GetRange of a range readSmall may read: past the page cache
+// where it can (DirectFile), into a buffer of its own.
+func (l *Local) getSmall(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	e, err := l.acquireSmall(ctx, key, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer l.files.release(e)
+	if b, ok := e.direct.Read(e.f, off, int(n), nil); ok {
+		return b, nil
+	}
+	buf := make([]byte, n)
+	if err := readAt(e.f, key, buf, off); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// acquireSmall returns key's file from the open-files cache with a
+// reference taken, after checking that [off, off+n) lies inside it.
+func (l *Local) acquireSmall(ctx context.Context, key string, off, n int64) (*openFile, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("get %s: %w", key, err)
+		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
 	e, err := l.files.acquire(key, func() (*os.File, int64, error) {
 		f, fi, err := l.openObject("get", key)
@@ -454,13 +479,13 @@ func (l *Local) readSmall(ctx context.Context, key string, off int64, dst []byte
 		return f, fi.Size(), nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer l.files.release(e)
-	if n := int64(len(dst)); off < 0 || off > e.size || n > e.size-off {
-		return fmt.Errorf("get %s: range [%d,+%d) outside object of %d bytes", key, off, n, e.size)
+	if off < 0 || n < 0 || off > e.size || n > e.size-off {
+		l.files.release(e)
+		return nil, fmt.Errorf("get %s: range [%d,+%d) outside object of %d bytes", key, off, n, e.size)
 	}
-	return readAt(e.f, key, dst, off)
+	return e, nil
 }
 
 // openRange opens key's file after checking that [off, off+length) lies

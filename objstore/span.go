@@ -60,11 +60,24 @@ func ReadSpan(ctx context.Context, s Store, key string, off int64, n int, buf []
 	return dst, ReadRange(ctx, s, key, off, dst)
 }
 
-// ReadSpan implements SpanReader: a span of at least DirectMin bytes that
-// the page cache does not hold whole is read with O_DIRECT, anything else
-// with pread through the page cache (also where the filesystem refuses
-// O_DIRECT, or the kernel cannot tell what the page cache holds).
+// ReadSpan implements SpanReader: a span that the page cache does not hold
+// whole is read with O_DIRECT (one of at most localRandomRead bytes
+// through the open-files cache's DirectFile, one of DirectMin or more
+// through a descriptor of its own), anything else with pread through the
+// page cache (also where the filesystem refuses O_DIRECT, or the kernel
+// cannot tell what the page cache holds).
 func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
+	if n < DirectMin && cachedRead(key, int64(n)) {
+		e, err := l.acquireSmall(ctx, key, off, int64(n))
+		if err != nil {
+			return nil, err
+		}
+		defer l.files.release(e)
+		if b, ok := e.direct.Read(e.f, off, n, buf); ok {
+			return b, nil
+		}
+		return buf[:n], readAt(e.f, key, buf[:n], off)
+	}
 	if n < DirectMin {
 		dst := buf[:n]
 		return dst, l.ReadRange(ctx, key, off, dst)
@@ -126,15 +139,8 @@ func ReadFileSpan(path string, off int64, n int, buf []byte) ([]byte, error) {
 // page cache holds all of it, and reports whether it did, and whether f
 // is still fit for pread through the page cache.
 func readDirect(f *os.File, off int64, n int, buf []byte) (data []byte, ok, usable bool) {
-	start := off &^ (spanAlign - 1)
-	end := (off + int64(n) + spanAlign - 1) &^ (spanAlign - 1)
-	skip := int(-uintptr(unsafe.Pointer(&buf[0])) & (spanAlign - 1))
-	if skip+int(end-start) > len(buf) {
-		return nil, false, true
-	}
-	win := buf[skip : skip+int(end-start)]
 	fd := int(f.Fd())
-	if cached(fd, start, end-start) {
+	if cached(fd, off, int64(n)) {
 		return nil, false, true
 	}
 	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
@@ -144,19 +150,8 @@ func readDirect(f *os.File, off int64, n int, buf []byte) (data []byte, ok, usab
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_DIRECT); err != nil {
 		return nil, false, true // a filesystem without O_DIRECT
 	}
-	got := 0
-	for got < len(win) {
-		k, err := unix.Pread(fd, win[got:], start+int64(got))
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || k == 0 {
-			break // EOF inside the last block, or an error pread repeats
-		}
-		got += k
-	}
-	if head := int(off - start); got >= head+n {
-		return win[head : head+n], true, false
+	if data, ok := preadDirect(fd, off, n, buf); ok {
+		return data, true, false
 	}
 	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
 	return nil, false, err == nil

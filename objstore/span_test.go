@@ -126,19 +126,44 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 		t.Fatal("a buffer without the slack was taken for a file span")
 	}
 
-	// Held by the page cache, or small: read through it, into buf[:n].
+	// Held by the page cache: read through it, into buf[:n], large or
+	// small (a small one through the open-files cache).
 	if _, err := os.ReadFile(path); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 1<<20+SpanSlack)
-	data, err = ReadSpan(ctx, l, key, 777, 1<<20, buf)
-	if err != nil || !bytes.Equal(data, obj[777:777+1<<20]) || &data[0] != &buf[0] {
-		t.Fatalf("a cached span: err %v, or not read through the page cache", err)
+	for _, n := range []int{1 << 20, 4096} {
+		data, err = ReadSpan(ctx, l, key, 777, n, buf)
+		if err != nil || !bytes.Equal(data, obj[777:777+n]) || &data[0] != &buf[0] {
+			t.Fatalf("a cached span of %d bytes: err %v, or not read through the page cache", n, err)
+		}
 	}
-	evict()
-	data, err = ReadSpan(ctx, l, key, 777, 4096, buf)
-	if err != nil || !bytes.Equal(data, obj[777:777+4096]) || &data[0] != &buf[0] {
-		t.Fatalf("a small span: err %v, or not read through the page cache", err)
+
+	// Small and not in the page cache (a random read of a frame or a
+	// piece): past it too, as spans and as GetRange, at any offset, up
+	// to the object's last byte; the file stays open (openFiles) with its
+	// O_DIRECT descriptor beside it.
+	for _, c := range []struct{ off, n int }{{777, 4096}, {8192, 4096}, {100000, 4113}, {5000, 60000}, {size - 4113, 4113}, {size - 1, 1}} {
+		evict()
+		clear(buf)
+		data, err = ReadSpan(ctx, l, key, int64(c.off), c.n, buf)
+		if err != nil || !bytes.Equal(data, obj[c.off:c.off+c.n]) || !inside(data, buf) {
+			t.Fatalf("small span [%d,+%d): %v, or wrong bytes, or not in the buffer", c.off, c.n, err)
+		}
+		if k := resident(t, path, size); direct && k != 0 {
+			t.Fatalf("small span [%d,+%d) read through the page cache: %d pages of the object in it", c.off, c.n, k)
+		}
+		evict()
+		data, err = l.GetRange(ctx, key, int64(c.off), int64(c.n))
+		if err != nil || !bytes.Equal(data, obj[c.off:c.off+c.n]) {
+			t.Fatalf("small range [%d,+%d): %v, or wrong bytes", c.off, c.n, err)
+		}
+		if k := resident(t, path, size); direct && k != 0 {
+			t.Fatalf("small range [%d,+%d) read through the page cache: %d pages of the object in it", c.off, c.n, k)
+		}
+	}
+	if _, err := l.GetRange(ctx, key, int64(size-100), 4096); err == nil {
+		t.Fatal("a small range past the end of the object was read")
 	}
 
 	if _, err := ReadSpan(ctx, l, key, int64(size-1000), 1<<20, buf); err == nil {

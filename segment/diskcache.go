@@ -66,7 +66,7 @@ type diskCache struct {
 	// mu) to fake a full or failing disk.
 	statfs      func(dir string) (total, avail int64, err error)
 	writeFrames func(data, idx string, off int64, b []byte, recs []diskEntry) error
-	readFrame   func(f *os.File, off int64, n int, buf []byte) ([]byte, error)
+	readFrame   func(f *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error)
 	punch       func(path string, off, n int64) error
 
 	max     int64
@@ -103,6 +103,7 @@ type diskSeg struct {
 	id     uint64
 	frames map[uint32]*list.Element // by offset; values *diskEntry in lru
 	f      *os.File                 // open for reading, or nil
+	df     *objstore.DirectFile     // f's file in O_DIRECT mode, while f != nil
 	fel    *list.Element            // in files while f != nil
 }
 
@@ -212,17 +213,20 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 	return err
 }
 
-// readSpanFile reads the n bytes at off of the cache file f into buf and
-// returns the slice of buf holding them, shorter where the file ends
-// first. A span of objstore.DirectMin bytes or more, with buf room for
-// objstore.SpanSlack besides, is read past the page cache
-// (objstore.ReadFileSpan) through a descriptor of its own on f's file
-// (/proc/self/fd), so that f, which other reads share, never turns
-// O_DIRECT, and a file evicted meanwhile is still the one read. Anything
-// else, and a span whose descriptor cannot be opened, is read with f. An
-// f closed under it (diskOpenFiles) gives os.ErrClosed.
-func readSpanFile(f *os.File, off int64, n int, buf []byte) ([]byte, error) {
-	if n >= objstore.DirectMin && len(buf) >= n+objstore.SpanSlack {
+// readSpanFile reads the n bytes at off of the cache file f into buf (nil:
+// a buffer of its own) and returns the slice holding them, shorter where
+// the file ends first. A span the page cache does not hold whole is read
+// past it: one of objstore.DirectMin bytes or more, with buf room for
+// objstore.SpanSlack besides, through a descriptor of its own on f's file
+// (objstore.ReadFileSpan on /proc/self/fd), a smaller one (a frame or a
+// piece a random read wants) through df, f's file kept open in O_DIRECT
+// mode. So f, which other reads share, never turns O_DIRECT, and a file
+// evicted meanwhile is still the one read. Anything else, and a span
+// whose direct read fails, is read with f. An f closed under it
+// (diskOpenFiles) gives os.ErrClosed.
+func readSpanFile(f *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
+	slack := len(buf) >= n+objstore.SpanSlack
+	if n >= objstore.DirectMin && slack {
 		rc, err := f.SyscallConn()
 		if err != nil {
 			return nil, os.ErrClosed
@@ -237,6 +241,18 @@ func readSpanFile(f *os.File, off int64, n int, buf []byte) ([]byte, error) {
 		if rerr == nil {
 			return data, nil
 		}
+	}
+	if n < objstore.DirectMin && df != nil {
+		into := buf
+		if !slack {
+			into = nil
+		}
+		if data, ok := df.Read(f, off, n, into); ok {
+			return data, nil
+		}
+	}
+	if len(buf) < n {
+		buf = make([]byte, n)
 	}
 	return readAt(f, off, buf[:n])
 }
@@ -631,24 +647,24 @@ func (c *diskCache) removeSegLocked(s *diskSeg) {
 }
 
 // fileLocked returns s's file, open for reading.
-func (c *diskCache) fileLocked(s *diskSeg) (*os.File, error) {
+func (c *diskCache) fileLocked(s *diskSeg) (*os.File, *objstore.DirectFile, error) {
 	if s.f != nil {
 		c.files.MoveToFront(s.fel)
-		return s.f, nil
+		return s.f, s.df, nil
 	}
 	f, err := os.Open(c.dataPath(s.id))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Reads ask for what they need: a frame, or the span of a run the
 	// prefetcher wants. Kernel read-ahead would only add bytes to a
 	// random read.
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
-	s.f, s.fel = f, c.files.PushFront(s)
+	s.f, s.df, s.fel = f, new(objstore.DirectFile), c.files.PushFront(s)
 	for c.files.Len() > diskOpenFiles {
 		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
 	}
-	return f, nil
+	return f, s.df, nil
 }
 
 // closeFileLocked closes s's file if open. A read in progress on it
@@ -659,8 +675,9 @@ func (c *diskCache) closeFileLocked(s *diskSeg) {
 		return
 	}
 	c.files.Remove(s.fel)
+	s.df.Close()
 	s.f.Close()
-	s.f, s.fel = nil, nil
+	s.f, s.df, s.fel = nil, nil, nil
 }
 
 // get returns the cached encrypted frame, if any.
@@ -677,14 +694,14 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 			return nil, false
 		}
 		c.lru.MoveToFront(el)
-		f, err := c.fileLocked(s)
+		f, df, err := c.fileLocked(s)
 		read := c.readFrame
 		c.mu.Unlock()
 		if err != nil {
 			c.drop(p, "unreadable: "+err.Error())
 			return nil, false
 		}
-		b, err := read(f, int64(p.Offset), int(p.Length), make([]byte, p.Length))
+		b, err := read(f, df, int64(p.Offset), int(p.Length), nil)
 		if errors.Is(err, os.ErrClosed) {
 			continue // closed under us to stay within diskOpenFiles
 		}
@@ -724,11 +741,11 @@ func (c *diskCache) present(ps []Pointer, idx []int) []int {
 // errNotCached: the segment has no file in the cache (any more).
 var errNotCached = errors.New("segment not in the disk cache")
 
-// readSpan reads n bytes at off of segment seg's file into buf (a large
-// span past the page cache when buf has objstore.SpanSlack bytes to
-// spare: readSpanFile), with one read: the frames a span holds and the
-// gaps between them. It returns the slice of buf holding them; fewer bytes
-// (the file ends) are returned as they are.
+// readSpan reads n bytes at off of segment seg's file into buf (nil: a
+// buffer of its own; past the page cache where it can: readSpanFile),
+// with one read: the frames a span holds and the gaps between them. It
+// returns the slice holding them; fewer bytes (the file ends) are
+// returned as they are.
 func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, error) {
 	for try := 0; ; try++ {
 		c.mu.Lock()
@@ -737,13 +754,13 @@ func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, 
 			c.mu.Unlock()
 			return nil, errNotCached
 		}
-		f, err := c.fileLocked(s)
+		f, df, err := c.fileLocked(s)
 		read := c.readFrame
 		c.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		b, err := read(f, off, n, buf)
+		b, err := read(f, df, off, n, buf)
 		if errors.Is(err, os.ErrClosed) && try == 0 {
 			continue // closed under us to stay within diskOpenFiles
 		}

@@ -142,7 +142,7 @@ func TestDiskCacheEIO(t *testing.T) {
 	if st := r.Stats(); st.DiskEntries != 2 {
 		t.Fatalf("%d entries", st.DiskEntries)
 	}
-	eio := func(*os.File, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
+	eio := func(*os.File, *objstore.DirectFile, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
 	eioW := func(string, string, int64, []byte, []diskEntry) error { return syscall.EIO }
 	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = eio, eioW })
 
@@ -253,9 +253,9 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	}
 	var reads [][2]int64
 	setDisk(r, func(c *diskCache) {
-		c.readFrame = func(fl *os.File, off int64, n int, buf []byte) ([]byte, error) {
+		c.readFrame = func(fl *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
 			reads = append(reads, [2]int64{off, int64(n)})
-			return readSpanFile(fl, off, n, buf)
+			return readSpanFile(fl, df, off, n, buf)
 		}
 	})
 	r.mu.Lock()
@@ -565,8 +565,27 @@ func TestDiskCacheRunSkipsPageCache(t *testing.T) {
 	if k, err := fileutil.ResidentPages(path, size); err != nil || k != 0 {
 		t.Fatalf("the run was read through the page cache: %d pages of the cache file in it (%v)", k, err)
 	}
-	// The shared descriptor is not left O_DIRECT: a single frame, read
-	// through it into a buffer of its own size, still works.
+	// A single frame and a piece of one (random reads) go past the page
+	// cache too, through the file's O_DIRECT descriptor.
 	forget()
 	f.readAll(t, r, 5)
+	p := f.ps[9]
+	part, err := r.ReadPart(context.Background(), f.ids[9], p, 100, int(p.PlainLen)-100)
+	if err != nil || !bytes.Equal(part, f.plains[9][100:int(p.PlainLen)-100]) {
+		t.Fatalf("a part of frame 9: %v, or wrong bytes", err)
+	}
+	if k, err := fileutil.ResidentPages(path, size); err != nil || k != 0 || f.cs.total() != 0 {
+		t.Fatalf("single frames: %d pages of the cache file in the page cache (%v), %d store requests", k, err, f.cs.total())
+	}
+	// The shared descriptor is not left O_DIRECT, and a file the page
+	// cache holds is read through it.
+	if _, err := os.ReadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	forget()
+	f.readAll(t, r, 5, 6)
+	f.readRunAll(t, r)
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for frames the disk cache holds", n)
+	}
 }

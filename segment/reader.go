@@ -444,7 +444,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		if len(r.disk.present([]Pointer{p}, []int{0})) == 0 {
 			return whole()
 		}
-		span, err := r.disk.readSpan(p.Segment, int64(p.Offset)+int64(a), b-a, make([]byte, b-a))
+		span, err := r.disk.readSpan(p.Segment, int64(p.Offset)+int64(a), b-a, nil)
 		if err == nil && len(span) != b-a {
 			err = fmt.Errorf("%d bytes, want %d", len(span), b-a)
 		}
