@@ -49,6 +49,7 @@ type Engine struct {
 	}
 
 	ranges     rangeTombs    // pending range tombstones (rangetomb.go)
+	wins       ptrWindows    // random reads' pointer windows (file.go)
 	follow     follower      // a replica's progress (follow.go)
 	flushMu    chan struct{} // one flush (and barrier) at a time; see lockFlush
 	ptrMu      sync.Mutex    // every read-modify-write of extent pointers and counters

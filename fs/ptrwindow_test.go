@@ -2,6 +2,7 @@ package fs
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"testing"
 )
@@ -58,4 +59,81 @@ func TestStreamPointerWindow(t *testing.T) {
 	for off := streamWindow + chunk; off < size; off += chunk {
 		read(off)
 	}
+}
+
+// TestRandomPointerWindows: random reads in a quiet moment look up the
+// pointers of their aligned randomWindow once, and the random reads after
+// find theirs there; an overwrite committed inside a window is read back
+// (the window no longer holds); while commits keep coming, every random
+// read looks its pointers up itself.
+func TestRandomPointerWindows(t *testing.T) {
+	ctx := context.Background()
+	f := newTestFS(t)
+	ino := f.create("r")
+	const size = 4 * randomWindow
+	want := randBytes(9, size)
+	f.write(ino, want, 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.e.acquire(ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.e.release(n)
+	read := func(off int) {
+		t.Helper()
+		if got := f.read(ino, 4096, int64(off)); !bytes.Equal(got, want[off:off+4096]) {
+			t.Fatalf("read [%d,+4096) differs from the file", off)
+		}
+	}
+	// Offsets spread over the second window, never one after the other.
+	offs := []int{}
+	for i := 0; i < 24; i++ {
+		offs = append(offs, randomWindow+(i*7919*4096)%(randomWindow-4096))
+	}
+	before := committedScans.Load()
+	for _, off := range offs {
+		read(off)
+	}
+	// The first read finds the moment not yet known quiet, the second
+	// reads the window; one more of each if a background commit came.
+	if got := committedScans.Load() - before; got > 4 {
+		t.Fatalf("%d pointer lookups for %d random reads of one window, want 2", got, len(offs))
+	}
+
+	// An overwrite inside the window, committed: the reads see it.
+	at := randomWindow + 3*extentSize + 100
+	fresh := randBytes(10, 4096)
+	f.write(ino, fresh, int64(at))
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[at:], fresh)
+	read(at - 100)
+	read(randomWindow + 8*extentSize)
+	read(at - 100)
+
+	// Commits between the reads: no window is read, every read looks
+	// its pointers up.
+	f.e.wins.mu.Lock()
+	f.e.wins.m, f.e.wins.lru = nil, list.List{}
+	f.e.wins.mu.Unlock()
+	before = committedScans.Load()
+	for i, off := range offs[:8] {
+		b := randBytes(int64(20+i), 10)
+		f.write(ino, b, int64(3*randomWindow+i*extentSize))
+		copy(want[3*randomWindow+i*extentSize:], b)
+		if err := f.e.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+		read(off)
+	}
+	f.e.wins.mu.Lock()
+	kept := len(f.e.wins.m)
+	f.e.wins.mu.Unlock()
+	if got := committedScans.Load() - before; got != 8 || kept != 0 {
+		t.Fatalf("%d pointer lookups for 8 random reads each after a commit (want 8), %d windows read (want 0)", got, kept)
+	}
+	read(3 * randomWindow)
 }
