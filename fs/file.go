@@ -114,7 +114,7 @@ type pointerWindow struct {
 // committedIn is pointersIn for a read of extents [from, to) of n, which
 // holds n.mu: from n's pointer window where it covers them and still
 // holds, or, for a sequential read (stream) of the writer, from a new
-// window from from on.
+// window from from on; a random read's from a random window (randomIn).
 func (e *Engine) committedIn(n *inode, from, to uint64, stream bool) ([]extentPointer, error) {
 	if e.opts.ReadOnly || e.ranges.has(n.ino) {
 		return e.pointersIn(n.ino, from, to)
@@ -142,8 +142,9 @@ var committedScans atomic.Int64
 
 // Random reads of the writer find their pointers in windows too: the
 // pointers of an aligned randomWindow of a file, read in one scan and
-// kept, in an LRU of at most randomWindows of them shared by all files
-// (ptrWindows, about 3 MiB), while the metadata has not changed. A point
+// kept, in an LRU shared by all files that holds at most randomPointers
+// pointers (ptrWindows, 3 MiB; 2,048 windows of a file of 32 KiB extents,
+// 256 of one of 4 KiB extents), while the metadata has not changed. A point
 // lookup in Pebble was a tenth of the writer's CPU on cold 4 KiB random
 // reads (7-9 us each); a scan of a window costs about two, and 4 KiB
 // reads over a 1 GiB file come back to a window 20 times in 20,000. A
@@ -152,14 +153,15 @@ var committedScans atomic.Int64
 // whose windows every commit outdates, keeps its point lookups, at the
 // price of a counter compared.
 const (
-	randomWindow  = 1 << 20
-	randomWindows = 2048
+	randomWindow   = 1 << 20
+	randomPointers = 65536
 )
 
 // ptrWindows is the writer's LRU of random-read pointer windows.
 type ptrWindows struct {
 	mu    sync.Mutex
 	quiet uint64 // the change count when a window was last read or refused
+	ptrs  int    // pointers held
 	lru   list.List
 	m     map[[2]uint64]*list.Element // (ino, first extent): *pointerWindow
 }
@@ -175,8 +177,7 @@ func (w *ptrWindows) lookup(ino, from, seen uint64) *pointerWindow {
 	}
 	pw := el.Value.(*pointerWindow)
 	if pw.seen != seen {
-		w.lru.Remove(el)
-		delete(w.m, [2]uint64{ino, from})
+		w.dropLocked(el)
 		return nil
 	}
 	w.lru.MoveToFront(el)
@@ -193,24 +194,29 @@ func (w *ptrWindows) admit(seen uint64) bool {
 	return ok
 }
 
-// store keeps pw for ino, dropping the least recently used windows past
-// randomWindows.
+// store keeps pw for ino, dropping the least recently used windows while
+// more than randomPointers pointers are held.
 func (w *ptrWindows) store(ino uint64, pw *pointerWindow) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
 		w.m = map[[2]uint64]*list.Element{}
 	}
-	k := [2]uint64{ino, pw.from}
-	if el := w.m[k]; el != nil {
-		w.lru.Remove(el)
+	if el := w.m[[2]uint64{ino, pw.from}]; el != nil {
+		w.dropLocked(el)
 	}
-	w.m[k] = w.lru.PushFront(pw)
-	for w.lru.Len() > randomWindows {
-		old := w.lru.Back()
-		w.lru.Remove(old)
-		delete(w.m, [2]uint64{old.Value.(*pointerWindow).ino, old.Value.(*pointerWindow).from})
+	w.m[[2]uint64{ino, pw.from}] = w.lru.PushFront(pw)
+	w.ptrs += len(pw.ptrs)
+	for w.ptrs > randomPointers {
+		w.dropLocked(w.lru.Back())
 	}
+}
+
+func (w *ptrWindows) dropLocked(el *list.Element) {
+	pw := el.Value.(*pointerWindow)
+	w.lru.Remove(el)
+	delete(w.m, [2]uint64{pw.ino, pw.from})
+	w.ptrs -= len(pw.ptrs)
 }
 
 // randomIn is committedIn for a random read of extents [from, to) of n

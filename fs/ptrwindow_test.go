@@ -117,7 +117,7 @@ func TestRandomPointerWindows(t *testing.T) {
 	// Commits between the reads: no window is read, every read looks
 	// its pointers up.
 	f.e.wins.mu.Lock()
-	f.e.wins.m, f.e.wins.lru = nil, list.List{}
+	f.e.wins.m, f.e.wins.lru, f.e.wins.ptrs = nil, list.List{}, 0
 	f.e.wins.mu.Unlock()
 	before = committedScans.Load()
 	for i, off := range offs[:8] {
@@ -136,4 +136,53 @@ func TestRandomPointerWindows(t *testing.T) {
 		t.Fatalf("%d pointer lookups for 8 random reads each after a commit (want 8), %d windows read (want 0)", got, kept)
 	}
 	read(3 * randomWindow)
+
+	// A truncate into the window and a write past it: the window read
+	// before no longer holds; the bytes between are zeroes.
+	for _, off := range offs[:4] {
+		read(off)
+	}
+	cut := randomWindow + 2*extentSize
+	if _, err := f.e.SetAttr(ctx, ino, SetAttr{Valid: SetSize, Size: uint64(cut)}); err != nil {
+		t.Fatal(err)
+	}
+	tail := randBytes(11, 4096)
+	f.write(ino, tail, int64(randomWindow+10*extentSize))
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clear(want[cut:])
+	copy(want[randomWindow+10*extentSize:], tail)
+	for _, off := range []int{randomWindow + 5*extentSize, randomWindow + 10*extentSize, randomWindow + extentSize} {
+		read(off)
+	}
+}
+
+// TestPointerWindowsBounded: the random windows' LRU holds at most
+// randomPointers pointers, whatever the windows' sizes, and keeps its
+// count and map in step with what it holds.
+func TestPointerWindowsBounded(t *testing.T) {
+	var w ptrWindows
+	for i := uint64(0); i < 3000; i++ {
+		n := 32
+		if i%3 == 0 {
+			n = 256
+		}
+		w.store(i%700, &pointerWindow{ino: i % 700, from: i * 256, to: i*256 + uint64(n), seen: 1, ptrs: make([]extentPointer, n)})
+		if w.ptrs > randomPointers {
+			t.Fatalf("after %d windows: %d pointers held, bound %d", i+1, w.ptrs, randomPointers)
+		}
+	}
+	held := 0
+	for el := w.lru.Front(); el != nil; el = el.Next() {
+		held += len(el.Value.(*pointerWindow).ptrs)
+	}
+	if held != w.ptrs || w.lru.Len() != len(w.m) || held < randomPointers-256 {
+		t.Fatalf("counted %d pointers, hold %d; %d windows, %d in the map", w.ptrs, held, w.lru.Len(), len(w.m))
+	}
+	// A window read at another change count is not returned, and leaves.
+	last := w.lru.Front().Value.(*pointerWindow)
+	if w.lookup(last.ino, last.from, 1) != last || w.lookup(last.ino, last.from, 2) != nil || w.lookup(last.ino, last.from, 1) != nil {
+		t.Fatal("a window was returned at a change count it was not read at, or kept after")
+	}
 }

@@ -42,6 +42,16 @@ func (d *DirectFile) Read(f *os.File, off int64, n int, buf []byte) ([]byte, boo
 	if n <= 0 || off < 0 || (buf != nil && len(buf) < n+SpanSlack) {
 		return nil, false
 	}
+	// The page cache first (a frame written a moment ago), so that a
+	// file read only from it never opens its direct descriptor.
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	held := true
+	if err := sc.Control(func(fd uintptr) { held = cached(int(fd), off, int64(n)) }); err != nil || held {
+		return nil, false
+	}
 	d.once.Do(func() { d.f = reopenDirect(f) })
 	if d.f == nil {
 		return nil, false
@@ -53,9 +63,6 @@ func (d *DirectFile) Read(f *os.File, off int64, n int, buf []byte) ([]byte, boo
 	var data []byte
 	var ok bool
 	if err := rc.Control(func(fd uintptr) {
-		if cached(int(fd), off, int64(n)) {
-			return
-		}
 		if buf == nil {
 			buf = alignedBuf(off, n)
 		}
@@ -66,8 +73,9 @@ func (d *DirectFile) Read(f *os.File, off int64, n int, buf []byte) ([]byte, boo
 	return data, ok
 }
 
-// Close closes the O_DIRECT descriptor, if it was opened; a Read in
-// flight finishes first, and later ones report false.
+// Close closes the O_DIRECT descriptor, if it was opened. It returns at
+// once; the descriptor itself is closed once a Read in flight on it is
+// done (os.File counts its users), and later Reads report false.
 func (d *DirectFile) Close() {
 	d.once.Do(func() {})
 	if d.f != nil {

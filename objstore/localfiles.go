@@ -12,8 +12,10 @@ import (
 // openFiles keeps the files of recently read segment objects open, so that
 // a random read of a frame costs one pread rather than an open, a stat, a
 // fadvise, a pread and a close (the open and stat were a tenth of the
-// writer's CPU on cold 4 KiB random reads). A read that the page cache
-// does not hold goes past it, through the file's DirectFile.
+// writer's CPU on cold 4 KiB random reads). A GetRange or ReadSpan that
+// the page cache does not hold goes past it, through the file's
+// DirectFile; a ReadRange (into the caller's buffer, which need not be
+// aligned) through the page cache.
 //
 // Only small reads (at most localRandomRead bytes) of keys under
 // openFilesPrefix use it. Those objects are immutable: written once,
@@ -45,8 +47,9 @@ type openFile struct {
 	gone   bool // out of the map: closed by the last release
 }
 
-// openFilesMax bounds the files kept open (twice as many descriptors, with
-// their DirectFiles). A 1 GiB file written at once spans about 80 segments:
+// openFilesMax bounds the files kept open (up to twice as many
+// descriptors, with their DirectFiles; Go raises the soft RLIMIT_NOFILE to
+// the hard one, which is far above this on any current distribution). A 1 GiB file written at once spans about 80 segments:
 // with 64 kept, a random read opened one for every sixth read, and a
 // GetRange of a 4 KiB piece took 6-8 us longer on average than with 256.
 const (

@@ -143,6 +143,16 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 	// piece): past it too, as spans and as GetRange, at any offset, up
 	// to the object's last byte; the file stays open (openFiles) with its
 	// O_DIRECT descriptor beside it.
+	fds := func() int {
+		t.Helper()
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	l.files.forget(key)
+	open := fds()
 	for _, c := range []struct{ off, n int }{{777, 4096}, {8192, 4096}, {100000, 4113}, {5000, 60000}, {size - 4113, 4113}, {size - 1, 1}} {
 		evict()
 		clear(buf)
@@ -164,6 +174,15 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 	}
 	if _, err := l.GetRange(ctx, key, int64(size-100), 4096); err == nil {
 		t.Fatal("a small range past the end of the object was read")
+	}
+	// The object's file and its O_DIRECT twin stay open, and close with
+	// the entry.
+	if n := fds() - open; direct && n != 2 {
+		t.Fatalf("%d descriptors more after the small reads, want 2 (the file, O_DIRECT beside it)", n)
+	}
+	l.files.forget(key)
+	if n := fds() - open; n != 0 {
+		t.Fatalf("%d descriptors left open after the file left the cache", n)
 	}
 
 	if _, err := ReadSpan(ctx, l, key, int64(size-1000), 1<<20, buf); err == nil {
