@@ -146,24 +146,27 @@ var committedScans atomic.Int64
 // pointers (ptrWindows, 3 MiB; 2,048 windows of a file of 32 KiB extents,
 // 256 of one of 4 KiB extents), while the metadata has not changed. A point
 // lookup in Pebble was a tenth of the writer's CPU on cold 4 KiB random
-// reads (7-9 us each); a scan of a window costs about two, and 4 KiB
+// reads (7-9 us each); a scan of a window costs about six, and 4 KiB
 // reads over a 1 GiB file come back to a window 20 times in 20,000. A
-// window is read only in a quiet moment: when no commit came since the
-// last window was read or refused. So a file being written meanwhile,
-// whose windows every commit outdates, keeps its point lookups, at the
-// price of a counter compared.
+// window is read at the second random read that misses it with no commit
+// in between (ptrWindows.ghosts): reads spread too thin to come back, and
+// a file being written meanwhile, whose windows every commit outdates,
+// keep their point lookups.
 const (
 	randomWindow   = 1 << 20
 	randomPointers = 65536
+	randomGhosts   = 4096
 )
 
 // ptrWindows is the writer's LRU of random-read pointer windows.
 type ptrWindows struct {
-	mu    sync.Mutex
-	quiet uint64 // the change count when a window was last read or refused
-	ptrs  int    // pointers held
-	lru   list.List
-	m     map[[2]uint64]*list.Element // (ino, first extent): *pointerWindow
+	mu   sync.Mutex
+	ptrs int // pointers held
+	lru  list.List
+	m    map[[2]uint64]*list.Element // (ino, first extent): *pointerWindow
+	// ghosts holds the windows a random read missed, with the change
+	// count then; cleared when it reaches randomGhosts.
+	ghosts map[[2]uint64]uint64
 }
 
 // lookup returns the window of ino from extent from on, as the metadata
@@ -184,14 +187,22 @@ func (w *ptrWindows) lookup(ino, from, seen uint64) *pointerWindow {
 	return pw
 }
 
-// admit reports whether a window may be read now: no commit since the
-// last window was read or refused (seen is the change count now).
-func (w *ptrWindows) admit(seen uint64) bool {
+// admit reports whether the window of ino from extent from may be read
+// now (seen is the change count now): whether a random read missed it
+// before, with no commit since. It records this miss otherwise.
+func (w *ptrWindows) admit(ino, from, seen uint64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ok := w.quiet == seen
-	w.quiet = seen
-	return ok
+	k := [2]uint64{ino, from}
+	if s, ok := w.ghosts[k]; ok && s == seen {
+		delete(w.ghosts, k)
+		return true
+	}
+	if w.ghosts == nil || len(w.ghosts) >= randomGhosts {
+		w.ghosts = map[[2]uint64]uint64{}
+	}
+	w.ghosts[k] = seen
+	return false
 }
 
 // store keeps pw for ino, dropping the least recently used windows while
@@ -231,7 +242,7 @@ func (e *Engine) randomIn(n *inode, from, to, seen uint64) ([]extentPointer, err
 		}
 	}
 	committedScans.Add(1)
-	if k < 2 || to > start+k || !e.wins.admit(seen) {
+	if k < 2 || to > start+k || !e.wins.admit(n.ino, start, seen) {
 		return e.pointersIn(n.ino, from, to)
 	}
 	end := max(to, min(start+k, (n.attr.Size+n.es()-1)>>n.shift))

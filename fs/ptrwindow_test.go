@@ -61,11 +61,12 @@ func TestStreamPointerWindow(t *testing.T) {
 	}
 }
 
-// TestRandomPointerWindows: random reads in a quiet moment look up the
-// pointers of their aligned randomWindow once, and the random reads after
-// find theirs there; an overwrite committed inside a window is read back
-// (the window no longer holds); while commits keep coming, every random
-// read looks its pointers up itself.
+// TestRandomPointerWindows: the second random read that misses an
+// aligned randomWindow with no commit in between looks up the window's
+// pointers, and the random reads after find theirs there; an overwrite
+// committed inside a window, and a truncate, are read back (the window no
+// longer holds); reads that never come back to a window, and reads each
+// after a commit, look their pointers up themselves.
 func TestRandomPointerWindows(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
@@ -114,11 +115,28 @@ func TestRandomPointerWindows(t *testing.T) {
 	read(randomWindow + 8*extentSize)
 	read(at - 100)
 
+	kept := func() int {
+		f.e.wins.mu.Lock()
+		defer f.e.wins.mu.Unlock()
+		return len(f.e.wins.m)
+	}
+	reset := func() {
+		f.e.wins.mu.Lock()
+		f.e.wins.m, f.e.wins.lru, f.e.wins.ptrs = nil, list.List{}, 0
+		f.e.wins.mu.Unlock()
+	}
+	// Reads spread thin, one in each window: none is read.
+	reset()
+	for w := 0; w < 4; w++ {
+		read(w*randomWindow + 5*extentSize)
+	}
+	if k := kept(); k != 0 {
+		t.Fatalf("%d windows read for single reads in each", k)
+	}
+
 	// Commits between the reads: no window is read, every read looks
 	// its pointers up.
-	f.e.wins.mu.Lock()
-	f.e.wins.m, f.e.wins.lru, f.e.wins.ptrs = nil, list.List{}, 0
-	f.e.wins.mu.Unlock()
+	reset()
 	before = committedScans.Load()
 	for i, off := range offs[:8] {
 		b := randBytes(int64(20+i), 10)
@@ -128,12 +146,12 @@ func TestRandomPointerWindows(t *testing.T) {
 			t.Fatal(err)
 		}
 		read(off)
+		if k := kept(); k != 0 {
+			t.Fatalf("a window read for a random read right after a commit (read %d)", i)
+		}
 	}
-	f.e.wins.mu.Lock()
-	kept := len(f.e.wins.m)
-	f.e.wins.mu.Unlock()
-	if got := committedScans.Load() - before; got != 8 || kept != 0 {
-		t.Fatalf("%d pointer lookups for 8 random reads each after a commit (want 8), %d windows read (want 0)", got, kept)
+	if got, k := committedScans.Load()-before, kept(); got != 8 || k != 0 {
+		t.Fatalf("%d pointer lookups for 8 random reads each after a commit (want 8), %d windows read (want 0)", got, k)
 	}
 	read(3 * randomWindow)
 
