@@ -161,7 +161,7 @@ const (
 // ptrWindows is the writer's LRU of random-read pointer windows.
 type ptrWindows struct {
 	mu   sync.Mutex
-	ptrs int // pointers held
+	ptrs int // pointers held, and one per window (pointerWindow.cost)
 	lru  list.List
 	m    map[[2]uint64]*list.Element // (ino, first extent): *pointerWindow
 	// ghosts holds the windows a random read missed, with the change
@@ -198,8 +198,10 @@ func (w *ptrWindows) admit(ino, from, seen uint64) bool {
 		delete(w.ghosts, k)
 		return true
 	}
-	if w.ghosts == nil || len(w.ghosts) >= randomGhosts {
+	if w.ghosts == nil {
 		w.ghosts = map[[2]uint64]uint64{}
+	} else if len(w.ghosts) >= randomGhosts {
+		clear(w.ghosts)
 	}
 	w.ghosts[k] = seen
 	return false
@@ -217,7 +219,7 @@ func (w *ptrWindows) store(ino uint64, pw *pointerWindow) {
 		w.dropLocked(el)
 	}
 	w.m[[2]uint64{ino, pw.from}] = w.lru.PushFront(pw)
-	w.ptrs += len(pw.ptrs)
+	w.ptrs += pw.cost()
 	for w.ptrs > randomPointers {
 		w.dropLocked(w.lru.Back())
 	}
@@ -227,8 +229,12 @@ func (w *ptrWindows) dropLocked(el *list.Element) {
 	pw := el.Value.(*pointerWindow)
 	w.lru.Remove(el)
 	delete(w.m, [2]uint64{pw.ino, pw.from})
-	w.ptrs -= len(pw.ptrs)
+	w.ptrs -= pw.cost()
 }
+
+// cost is what a window counts against randomPointers: its pointers, and
+// one more, so that windows over holes (none) are bounded too.
+func (pw *pointerWindow) cost() int { return len(pw.ptrs) + 1 }
 
 // randomIn is committedIn for a random read of extents [from, to) of n
 // that found no window of its own: from the aligned randomWindow that

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"container/list"
 	"context"
+	"errors"
 	"testing"
+	"time"
 )
 
 // TestStreamPointerWindow: a sequential read looks up the pointers of the
@@ -122,7 +124,7 @@ func TestRandomPointerWindows(t *testing.T) {
 	}
 	reset := func() {
 		f.e.wins.mu.Lock()
-		f.e.wins.m, f.e.wins.lru, f.e.wins.ptrs = nil, list.List{}, 0
+		f.e.wins.m, f.e.wins.lru, f.e.wins.ptrs, f.e.wins.ghosts = nil, list.List{}, 0, nil
 		f.e.wins.mu.Unlock()
 	}
 	// Reads spread thin, one in each window: none is read.
@@ -183,8 +185,11 @@ func TestPointerWindowsBounded(t *testing.T) {
 	var w ptrWindows
 	for i := uint64(0); i < 3000; i++ {
 		n := 32
-		if i%3 == 0 {
+		switch i % 3 {
+		case 0:
 			n = 256
+		case 1:
+			n = 0 // a window over a hole
 		}
 		w.store(i%700, &pointerWindow{ino: i % 700, from: i * 256, to: i*256 + uint64(n), seen: 1, ptrs: make([]extentPointer, n)})
 		if w.ptrs > randomPointers {
@@ -193,14 +198,67 @@ func TestPointerWindowsBounded(t *testing.T) {
 	}
 	held := 0
 	for el := w.lru.Front(); el != nil; el = el.Next() {
-		held += len(el.Value.(*pointerWindow).ptrs)
+		held += el.Value.(*pointerWindow).cost()
 	}
-	if held != w.ptrs || w.lru.Len() != len(w.m) || held < randomPointers-256 {
+	if held != w.ptrs || w.lru.Len() != len(w.m) || held < randomPointers-257 {
 		t.Fatalf("counted %d pointers, hold %d; %d windows, %d in the map", w.ptrs, held, w.lru.Len(), len(w.m))
 	}
 	// A window read at another change count is not returned, and leaves.
 	last := w.lru.Front().Value.(*pointerWindow)
 	if w.lookup(last.ino, last.from, 1) != last || w.lookup(last.ino, last.from, 2) != nil || w.lookup(last.ino, last.from, 1) != nil {
 		t.Fatal("a window was returned at a change count it was not read at, or kept after")
+	}
+}
+
+// TestPointerWindowsBoundHoles: windows over holes (no pointers) count
+// against the bound too, so random reads of a large sparse file cannot
+// pile them up.
+func TestPointerWindowsBoundHoles(t *testing.T) {
+	var w ptrWindows
+	for i := uint64(0); i < 3*randomPointers; i++ {
+		w.store(1, &pointerWindow{ino: 1, from: i * 32, to: i*32 + 32, seen: 1})
+	}
+	if w.lru.Len() > randomPointers || len(w.m) != w.lru.Len() {
+		t.Fatalf("%d empty windows kept (%d in the map), bound %d", w.lru.Len(), len(w.m), randomPointers)
+	}
+}
+
+// TestCacheOnlyContext: a first attempt's context is cancelled from the
+// start with errCacheOnly (a context.Canceled), keeps its parent's values,
+// and contexts made from it are cancelled with the same error, so a
+// store call under it returns at once and missed recognises it.
+func TestCacheOnlyContext(t *testing.T) {
+	type key struct{}
+	parent, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	defer cancel()
+	e := &Engine{}
+	ctx := e.cacheOnly(parent)
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("a cache-only context is not done")
+	}
+	if ctx.Err() != errCacheOnly || !errors.Is(ctx.Err(), context.Canceled) || ctx.Value(key{}) != "v" {
+		t.Fatalf("err %v, value %v", ctx.Err(), ctx.Value(key{}))
+	}
+	if !missed(ctx, errors.New("x")) || missed(ctx, nil) || missed(parent, errors.New("x")) {
+		t.Fatal("missed does not tell a cache-only attempt's error")
+	}
+	child, stop := context.WithCancel(ctx)
+	defer stop()
+	timed, stop2 := context.WithTimeout(ctx, time.Hour)
+	defer stop2()
+	for _, c := range []context.Context{child, timed, context.WithValue(ctx, key{}, "w")} {
+		select {
+		case <-c.Done():
+		case <-time.After(time.Second):
+			t.Fatal("a context made from a cache-only one is not done")
+		}
+		if c.Err() != errCacheOnly {
+			t.Fatalf("derived context: err %v, want errCacheOnly", c.Err())
+		}
+	}
+	if e.local = true; e.cacheOnly(parent) != parent {
+		t.Fatal("a local store's first attempt is not the request's own context")
 	}
 }
