@@ -143,8 +143,8 @@ var committedScans atomic.Int64
 // Random reads of the writer find their pointers in windows too: the
 // pointers of an aligned randomWindow of a file, read in one scan and
 // kept, in an LRU shared by all files that holds at most randomPointers
-// pointers (ptrWindows, 3 MiB; 2,048 windows of a file of 32 KiB extents,
-// 256 of one of 4 KiB extents), while the metadata has not changed. A point
+// pointers (ptrWindows, 3 MiB; about 2,000 windows of a file of 32 KiB
+// extents, 255 of one of 4 KiB extents), while the metadata has not changed. A point
 // lookup in Pebble was a tenth of the writer's CPU on cold 4 KiB random
 // reads (7-9 us each); a scan of a window costs about six, and 4 KiB
 // reads over a 1 GiB file come back to a window 20 times in 20,000. A
