@@ -207,18 +207,19 @@ func (w *ptrWindows) admit(ino, from, seen uint64) bool {
 	return false
 }
 
-// store keeps pw for ino, dropping the least recently used windows while
-// more than randomPointers pointers are held.
-func (w *ptrWindows) store(ino uint64, pw *pointerWindow) {
+// store keeps pw, dropping the least recently used windows while more
+// than randomPointers pointers are held.
+func (w *ptrWindows) store(pw *pointerWindow) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
 		w.m = map[[2]uint64]*list.Element{}
 	}
-	if el := w.m[[2]uint64{ino, pw.from}]; el != nil {
+	k := [2]uint64{pw.ino, pw.from}
+	if el := w.m[k]; el != nil {
 		w.dropLocked(el)
 	}
-	w.m[[2]uint64{ino, pw.from}] = w.lru.PushFront(pw)
+	w.m[k] = w.lru.PushFront(pw)
 	w.ptrs += pw.cost()
 	for w.ptrs > randomPointers {
 		w.dropLocked(w.lru.Back())
@@ -256,7 +257,7 @@ func (e *Engine) randomIn(n *inode, from, to, seen uint64) ([]extentPointer, err
 	if err != nil {
 		return nil, err
 	}
-	e.wins.store(n.ino, &pointerWindow{ino: n.ino, from: start, to: end, seen: seen, ptrs: ptrs})
+	e.wins.store(&pointerWindow{ino: n.ino, from: start, to: end, seen: seen, ptrs: ptrs})
 	return within(ptrs, from, to), nil
 }
 

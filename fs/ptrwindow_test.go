@@ -191,7 +191,7 @@ func TestPointerWindowsBounded(t *testing.T) {
 		case 1:
 			n = 0 // a window over a hole
 		}
-		w.store(i%700, &pointerWindow{ino: i % 700, from: i * 256, to: i*256 + uint64(n), seen: 1, ptrs: make([]extentPointer, n)})
+		w.store(&pointerWindow{ino: i % 700, from: i * 256, to: i*256 + uint64(n), seen: 1, ptrs: make([]extentPointer, n)})
 		if w.ptrs > randomPointers {
 			t.Fatalf("after %d windows: %d pointers held, bound %d", i+1, w.ptrs, randomPointers)
 		}
@@ -216,7 +216,7 @@ func TestPointerWindowsBounded(t *testing.T) {
 func TestPointerWindowsBoundHoles(t *testing.T) {
 	var w ptrWindows
 	for i := uint64(0); i < 3*randomPointers; i++ {
-		w.store(1, &pointerWindow{ino: 1, from: i * 32, to: i*32 + 32, seen: 1})
+		w.store(&pointerWindow{ino: 1, from: i * 32, to: i*32 + 32, seen: 1})
 	}
 	if w.lru.Len() > randomPointers || len(w.m) != w.lru.Len() {
 		t.Fatalf("%d empty windows kept (%d in the map), bound %d", w.lru.Len(), len(w.m), randomPointers)

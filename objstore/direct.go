@@ -32,12 +32,12 @@ type DirectFile struct {
 	f    *os.File // nil: not opened, or the filesystem refuses O_DIRECT
 }
 
-// Read reads the n bytes at off of f's file into buf, which holds at
-// least n+SpanSlack bytes (nil: a new buffer of the aligned range), past
-// the page cache, and returns the slice holding them; false where it did
-// not read them all (the page cache has them, O_DIRECT is refused, the
-// file ends inside them, or either descriptor is closed), for the caller
-// to read through f.
+// Read reads the n bytes at off of f's file into buf past the page cache
+// and returns the slice holding them; false where it did not read them all
+// (the page cache has them, buf is short of n+SpanSlack bytes, O_DIRECT is
+// refused, the file ends inside them, or either descriptor is closed), for
+// the caller to read through f. A nil buf is a new buffer of the aligned
+// range.
 func (d *DirectFile) Read(f *os.File, off int64, n int, buf []byte) ([]byte, bool) {
 	if n <= 0 || off < 0 || (buf != nil && len(buf) < n+SpanSlack) {
 		return nil, false

@@ -381,7 +381,7 @@ func (l *Local) Get(ctx context.Context, key string) ([]byte, error) {
 // GetRange implements Store.
 func (l *Local) GetRange(ctx context.Context, key string, off, length int64) ([]byte, error) {
 	if cachedRead(key, length) {
-		return l.getSmall(ctx, key, off, length)
+		return l.getSmall(ctx, key, off, int(length), nil)
 	}
 	f, err := l.openRange(ctx, key, off, length)
 	if err != nil {
@@ -447,22 +447,26 @@ func (l *Local) readSmall(ctx context.Context, key string, off int64, dst []byte
 	return readAt(e.f, key, dst, off)
 }
 
-// getSmall is GetRange of a range readSmall may read: past the page cache
-// where it can (DirectFile), into a buffer of its own.
-func (l *Local) getSmall(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	e, err := l.acquireSmall(ctx, key, off, n)
+// getSmall reads n bytes at off of key, a range readSmall may read, past
+// the page cache where it can (DirectFile), into buf (at least
+// n+SpanSlack bytes, for ReadSpan; nil: a buffer of its own, for
+// GetRange), and returns the slice holding them.
+func (l *Local) getSmall(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
+	e, err := l.acquireSmall(ctx, key, off, int64(n))
 	if err != nil {
 		return nil, err
 	}
 	defer l.files.release(e)
-	if b, ok := e.direct.Read(e.f, off, int(n), nil); ok {
+	if b, ok := e.direct.Read(e.f, off, n, buf); ok {
 		return b, nil
 	}
-	buf := make([]byte, n)
-	if err := readAt(e.f, key, buf, off); err != nil {
+	if buf == nil {
+		buf = make([]byte, n)
+	}
+	if err := readAt(e.f, key, buf[:n], off); err != nil {
 		return nil, err
 	}
-	return buf, nil
+	return buf[:n], nil
 }
 
 // acquireSmall returns key's file from the open-files cache with a

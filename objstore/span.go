@@ -2,9 +2,7 @@ package objstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"unsafe"
 
@@ -68,15 +66,7 @@ func ReadSpan(ctx context.Context, s Store, key string, off int64, n int, buf []
 // cannot tell what the page cache holds).
 func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
 	if n < DirectMin && cachedRead(key, int64(n)) {
-		e, err := l.acquireSmall(ctx, key, off, int64(n))
-		if err != nil {
-			return nil, err
-		}
-		defer l.files.release(e)
-		if b, ok := e.direct.Read(e.f, off, n, buf); ok {
-			return b, nil
-		}
-		return buf[:n], readAt(e.f, key, buf[:n], off)
+		return l.getSmall(ctx, key, off, n, buf)
 	}
 	if n < DirectMin {
 		dst := buf[:n]
@@ -99,40 +89,6 @@ func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf 
 	}
 	dst := buf[:n]
 	return dst, readAt(f, key, dst, off)
-}
-
-// ReadFileSpan reads the n bytes at off of the file at path into buf (at
-// least n+SpanSlack bytes) as Local.ReadSpan reads an object's: past the
-// page cache where the span is large and not cached whole. It returns the
-// slice of buf holding them, shorter where the file ends first. It reads
-// through descriptors of its own, which O_DIRECT does not disturb.
-func ReadFileSpan(path string, off int64, n int, buf []byte) ([]byte, error) {
-	if n < 0 || len(buf) < n+SpanSlack {
-		return nil, fmt.Errorf("read %s: a buffer of %d bytes for a span of %d", path, len(buf), n)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { f.Close() }()
-	if n >= DirectMin {
-		data, ok, usable := readDirect(f, off, n, buf)
-		if ok {
-			return data, nil
-		}
-		if !usable { // still in O_DIRECT mode: read through a new descriptor
-			f.Close()
-			if f, err = os.Open(path); err != nil {
-				return nil, err
-			}
-		}
-	}
-	dst := buf[:n]
-	k, err := f.ReadAt(dst, off)
-	if errors.Is(err, io.EOF) {
-		err = nil // the file ends: what there is
-	}
-	return dst[:k], err
 }
 
 // readDirect reads [off, off+n) of f into buf with O_DIRECT, unless the

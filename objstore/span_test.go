@@ -35,7 +35,7 @@ func openDirect(t *testing.T, path string) (int, bool) {
 // buffer, up to the object's last byte; one the cache holds, and a small
 // one, are read through it; ranges outside the object and buffers without
 // the slack are errors; the wrapping stores pass spans on and count them.
-// ReadFileSpan reads the same spans of the file by its path.
+// A DirectFile beside a descriptor of the file reads the same spans.
 func TestReadSpanSkipsPageCache(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -90,6 +90,12 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 		{4096, 2 << 20, 4095},
 		{size - 300001, 300001, 7}, // to the last byte, which is inside a block
 	}
+	pf, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	var df DirectFile
 	for _, c := range cases {
 		evict()
 		alloc := make([]byte, c.shift+c.n+SpanSlack)
@@ -104,27 +110,34 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 		if k := resident(t, path, size); direct && k != 0 {
 			t.Fatalf("span [%d,+%d) read through the page cache: %d pages of the object in it", c.off, c.n, k)
 		}
-		// The same span of the file by its path (the disk cache's reads).
+		// The same span through a DirectFile beside a descriptor of the
+		// file (the disk cache's reads).
 		evict()
 		clear(buf)
-		data, err = ReadFileSpan(path, int64(c.off), c.n, buf)
-		if err != nil || !bytes.Equal(data, obj[c.off:c.off+c.n]) || !inside(data, buf) {
-			t.Fatalf("file span [%d,+%d): %v, or wrong bytes, or not in the buffer", c.off, c.n, err)
+		data, ok := df.Read(pf, int64(c.off), c.n, buf)
+		if direct && !ok || ok && (!bytes.Equal(data, obj[c.off:c.off+c.n]) || !inside(data, buf)) {
+			t.Fatalf("file span [%d,+%d): read %v, or wrong bytes, or not in the buffer", c.off, c.n, ok)
 		}
 		if k := resident(t, path, size); direct && k != 0 {
 			t.Fatalf("file span [%d,+%d) read through the page cache: %d pages of the file in it", c.off, c.n, k)
 		}
 	}
-	// A file span running past the end is what the file has.
+	// A span running past the end, or a buffer without the slack: not
+	// read directly (the caller reads through the shared descriptor).
 	evict()
 	tail := make([]byte, 1<<20+SpanSlack)
-	data, err := ReadFileSpan(path, int64(size-300001), 1<<20, tail)
-	if err != nil || !bytes.Equal(data, obj[size-300001:]) {
-		t.Fatalf("a file span past the end: %v, %d bytes, want the last 300001", err, len(data))
+	if _, ok := df.Read(pf, int64(size-300001), 1<<20, tail); ok {
+		t.Fatal("a file span past the end was read directly")
 	}
-	if _, err := ReadFileSpan(path, 0, 1<<20, tail[:1<<20]); err == nil {
+	if _, ok := df.Read(pf, 0, 1<<20, tail[:1<<20]); ok {
 		t.Fatal("a buffer without the slack was taken for a file span")
 	}
+	df.Close()
+	evict()
+	if _, ok := df.Read(pf, 0, 4096, nil); ok {
+		t.Fatal("a closed DirectFile read")
+	}
+	var data []byte
 
 	// Held by the page cache: read through it, into buf[:n], large or
 	// small (a small one through the open-files cache).

@@ -217,39 +217,16 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 
 // readSpanFile reads the n bytes at off of the cache file f into buf (nil:
 // a buffer of its own) and returns the slice holding them, shorter where
-// the file ends first. A span the page cache does not hold whole is read
-// past it: one of objstore.DirectMin bytes or more, with buf room for
-// objstore.SpanSlack besides, through a descriptor of its own on f's file
-// (objstore.ReadFileSpan on /proc/self/fd), a smaller one (a frame or a
-// piece a random read wants) through df, f's file kept open in O_DIRECT
-// mode. So f, which other reads share, never turns O_DIRECT, and a file
-// evicted meanwhile is still the one read. Anything else, and a span
-// whose direct read fails, is read with f. An f closed under it
-// (diskOpenFiles) gives os.ErrClosed.
+// the file ends first. A span the page cache does not hold whole, a run of
+// frames or a piece of one, is read past it through df, f's file kept
+// open in O_DIRECT mode beside it (when buf, if given, has
+// objstore.SpanSlack bytes to spare): so f, which other reads share, never
+// turns O_DIRECT, and a file evicted meanwhile is still the one read.
+// Anything else, and a span whose direct read fails, is read with f. An f
+// closed under it (diskOpenFiles) gives os.ErrClosed.
 func readSpanFile(f *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
-	slack := len(buf) >= n+objstore.SpanSlack
-	if n >= objstore.DirectMin && slack {
-		rc, err := f.SyscallConn()
-		if err != nil {
-			return nil, os.ErrClosed
-		}
-		var data []byte
-		var rerr error
-		if err := rc.Control(func(fd uintptr) {
-			data, rerr = objstore.ReadFileSpan(fmt.Sprintf("/proc/self/fd/%d", fd), off, n, buf)
-		}); err != nil {
-			return nil, os.ErrClosed
-		}
-		if rerr == nil {
-			return data, nil
-		}
-	}
-	if n < objstore.DirectMin && df != nil {
-		into := buf
-		if !slack {
-			into = nil
-		}
-		if data, ok := df.Read(f, off, n, into); ok {
+	if df != nil {
+		if data, ok := df.Read(f, off, n, buf); ok {
 			return data, nil
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -587,5 +588,35 @@ func TestDiskCacheRunSkipsPageCache(t *testing.T) {
 	f.readRunAll(t, r)
 	if n := f.cs.total(); n != 0 {
 		t.Fatalf("%d store requests for frames the disk cache holds", n)
+	}
+}
+
+// TestReadSpanFileEnds: a cache file's span running past its end is what
+// the file has, read directly or not, and so is a span into a buffer
+// without room for a direct read.
+func TestReadSpanFileEnds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "seg")
+	want := make([]byte, 3<<20+1234)
+	rand.New(rand.NewSource(3)).Read(want)
+	if err := os.WriteFile(path, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var df objstore.DirectFile
+	defer df.Close()
+	off := len(want) - 300001
+	for _, buf := range [][]byte{make([]byte, 1<<20+objstore.SpanSlack), make([]byte, 1<<20), nil} {
+		got, err := readSpanFile(f, &df, int64(off), 1<<20, buf)
+		if err != nil || !bytes.Equal(got, want[off:]) {
+			t.Fatalf("a span past the end (buffer of %d): %v, %d bytes, want the last 300001", len(buf), err, len(got))
+		}
+	}
+	got, err := readSpanFile(f, &df, 12345, 600000, make([]byte, 600000+objstore.SpanSlack))
+	if err != nil || !bytes.Equal(got, want[12345:12345+600000]) {
+		t.Fatalf("a span inside the file: %v", err)
 	}
 }
