@@ -15,19 +15,7 @@ import (
 // here), however many frames the segment holds.
 func TestUploadedFramesReadFromDiskCache(t *testing.T) {
 	ctx := context.Background()
-	fst := objstore.NewFaulty(objstore.NewMem())
-	k, err := Init(ctx, fst, "password123")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache := t.TempDir()
-	open := func() *Engine {
-		e, err := Open(ctx, Options{Store: fst, Keys: k, CacheDir: cache, SegmentTarget: 64 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	fst, open := remoteFS(t, 64<<20)
 	e := open()
 	ino, err := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
 	if err != nil {
@@ -106,5 +94,28 @@ func TestPartialOverwriteFindsItsExtentInMemory(t *testing.T) {
 	got := make([]byte, len(want))
 	if n, err := e.Read(ctx, a.Ino, got, 0); err != nil || n != len(got) || !bytes.Equal(got, want) {
 		t.Fatalf("read back: %d, %v, equal %v", n, err, bytes.Equal(got[:n], want[:n]))
+	}
+}
+
+// remoteFS makes a filesystem on a memory store (not a local directory, so
+// the disk cache is on) behind fault injection, and returns the store and
+// a function that opens it, on the same cache directory each time, with
+// segments of segmentTarget bytes.
+func remoteFS(t *testing.T, segmentTarget int64) (*objstore.Faulty, func() *Engine) {
+	t.Helper()
+	ctx := context.Background()
+	fst := objstore.NewFaulty(objstore.NewMem())
+	k, err := Init(ctx, fst, "password123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := t.TempDir()
+	return fst, func() *Engine {
+		t.Helper()
+		e, err := Open(ctx, Options{Store: fst, Keys: k, CacheDir: cache, SegmentTarget: segmentTarget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/hugemem"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
@@ -66,6 +67,7 @@ type Engine struct {
 	bg        context.Context // background work; canceled by Close
 	raSem     chan struct{}   // read-aheads in flight
 	local     bool            // the store is a local directory (objstore.IsLocal)
+	segBufs   *hugemem.Pool   // buffers segments are built in (segPool)
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	waitMu    sync.Mutex
@@ -116,6 +118,9 @@ type flushEntry struct {
 	remember bool
 }
 
+// defaultSegmentTarget is Options.SegmentTarget's default.
+const defaultSegmentTarget = 32 << 20
+
 // Open opens (recovering if needed) the filesystem described by o.
 func Open(ctx context.Context, o Options) (*Engine, error) {
 	if o.Store == nil || o.Keys == nil {
@@ -131,7 +136,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		o.FlushInterval = time.Second
 	}
 	if o.SegmentTarget <= 0 {
-		o.SegmentTarget = 32 << 20
+		o.SegmentTarget = defaultSegmentTarget
 	}
 	if o.DirtyLimit <= 0 {
 		o.DirtyLimit = 128 << 20
@@ -228,6 +233,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	e := &Engine{
 		opts:      o,
 		local:     objstore.IsLocal(o.Store),
+		segBufs:   segPool(segBufSize(o.SegmentTarget)),
 		cacheLock: cacheLock,
 		log:       o.Logger,
 		clk:       o.Clock,

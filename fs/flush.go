@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/hugemem"
 	"ebbfs.dev/ebbfs/internal/retry"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
@@ -249,41 +250,115 @@ type segJob struct {
 	done  chan struct{} // closed after the commit (or the failure)
 }
 
-// segBufs holds the buffers of segments a flush has uploaded to a local
-// store, for the next segments to be built in (segment.NewBuilderIn): one
-// of SegmentTarget bytes allocated anew cost clearing it (about 0.2 s of
-// CPU per GiB written) and the page faults of fresh memory.
+// Segments are built in buffers of a hugemem.Pool, kept outside the Go
+// heap and on huge pages, and reused: a buffer of SegmentTarget bytes
+// allocated anew cost clearing it, and the page faults of fresh memory
+// once the runtime had given it back (on this VM they took more CPU than
+// sealing the bytes: a profile of a 1 GiB write to S3 put 2.1 s in the
+// cipher's loop, most of it faults on its output). On huge pages the
+// local store's O_DIRECT writes of a segment also go to the disk in a few
+// large requests (hugemem).
 //
-// Only a local store's: once its Put has returned, the file holds the
-// bytes and nothing holds the buffer. Behind a remote store, the disk
-// cache may keep the frames of an uploaded segment (Reader.Admit) until
-// it has written them, so those buffers are left to the collector.
-var segBufs sync.Pool
-
-// segBufsReused counts the segments built in a reused buffer (for tests).
-var segBufsReused atomic.Int64
-
-// getSegBuf returns a buffer for a segment being built: a reused one on a
-// local store, else nil (the builder allocates).
-func (e *Engine) getSegBuf() []byte {
-	if !e.local {
-		return nil
-	}
-	if b, ok := segBufs.Get().(*[]byte); ok {
-		segBufsReused.Add(1)
-		return *b
-	}
-	return nil
+// A buffer comes back once its upload has returned (a Store keeps nothing
+// of what it was given) and the disk cache, which may hold the frames of
+// an uploaded segment until it has written them (Reader.Admit), has let
+// go of it: segBuf counts the two.
+//
+// The pools are the process's, one per buffer size (an engine's is fixed
+// by its SegmentTarget): a pool never unmaps its buffers, and tests open
+// many engines.
+var segPools struct {
+	sync.Mutex
+	m map[int]*hugemem.Pool
 }
 
-// putSegBuf takes back the buffer of a segment the flush is done with
-// (uploaded and committed, or failed), on a local store.
-func (e *Engine) putSegBuf(obj []byte) {
-	if !e.local || cap(obj) == 0 {
-		return
+const (
+	// segBufsMax is how many buffers a pool maps: enough for a steady
+	// stream of flushes (uploadsInFlight, the one being built, one the
+	// disk cache is writing). Past it (the disk cache's queue and
+	// overflow holding several), buffers come from the Go heap.
+	segBufsMax = uploadsInFlight + 2
+	// segBufsWarm is how many free ones keep their memory, so that the
+	// next flushes do not fault them in again.
+	segBufsWarm = uploadsInFlight + 1
+)
+
+// SegmentBufferBytes is the most memory outside the Go heap that an
+// engine with this SegmentTarget (0: the default) builds segments in; the
+// writer's Go memory limit leaves it out.
+func SegmentBufferBytes(segmentTarget int64) int64 {
+	if segmentTarget <= 0 {
+		segmentTarget = defaultSegmentTarget
 	}
-	obj = obj[:0]
-	segBufs.Put(&obj)
+	return segBufsMax * int64(segBufSize(segmentTarget))
+}
+
+// segPool returns the process's pool of segment buffers of size bytes.
+func segPool(size int) *hugemem.Pool {
+	segPools.Lock()
+	defer segPools.Unlock()
+	p := segPools.m[size]
+	if p == nil {
+		if segPools.m == nil {
+			segPools.m = make(map[int]*hugemem.Pool)
+		}
+		p = hugemem.NewPool(size, segBufsWarm, segBufsMax)
+		segPools.m[size] = p
+	}
+	return p
+}
+
+// segBufsReused counts the segments built in a buffer that a pool had
+// free (for tests; approximate where engines share a pool).
+var segBufsReused atomic.Int64
+
+// segBufSize is the size of an engine's segment buffers: room for the
+// largest segment a flush builds (writeSegments: SegmentTarget of
+// plaintext and at most one extent more, sealed, with its directory),
+// rounded up to whole huge pages. A sixteenth covers the overhead of the
+// frames and the directory (a 4 KiB frame's is under 2%).
+func segBufSize(target int64) int {
+	n := int(target) + int(target)/16 + segment.MaxFrameLen(segment.MaxPlainLen)
+	const huge = 2 << 20
+	return (n + huge - 1) &^ (huge - 1)
+}
+
+// newSegBuf takes a buffer from the engine's pool for a segment to be
+// built in.
+func (e *Engine) newSegBuf() *segBuf {
+	if _, warm, cold := e.segBufs.Stats(); warm+cold > 0 {
+		segBufsReused.Add(1)
+	}
+	sb := &segBuf{pool: e.segBufs, b: e.segBufs.Get()}
+	sb.refs.Store(1)
+	return sb
+}
+
+// segBuf is the buffer a segment is built in, shared by the flush and,
+// once uploaded, the disk cache; the last of them to release it gives it
+// back to its pool. Finish's object aliases b unless the segment outgrew
+// it (then b is only given back).
+type segBuf struct {
+	pool *hugemem.Pool
+	b    []byte
+	refs atomic.Int32
+}
+
+// share counts one more holder, which must call release.
+func (sb *segBuf) share() func() {
+	sb.refs.Add(1)
+	return sb.release
+}
+
+func (sb *segBuf) release() {
+	switch n := sb.refs.Add(-1); {
+	case n == 0:
+		b := sb.b
+		sb.b = nil
+		sb.pool.Put(b)
+	case n < 0:
+		panic("fs: a segment buffer released more often than it was shared")
+	}
 }
 
 // errEarlierSegment fails a segment whose predecessor in the same flush
@@ -322,7 +397,8 @@ func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error
 		batch := all[start:end]
 		start = end
 		segID := e.newSegID()
-		b := e.encodeSegment(segID, batch)
+		sb := e.newSegBuf()
+		b := e.encodeSegment(segID, batch, sb.b)
 		var obj []byte
 		if b.Frames() > 0 {
 			obj = b.Finish()
@@ -331,14 +407,15 @@ func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error
 			reap()
 		}
 		if firstErr != nil {
+			sb.release()
 			e.uploadDone(segID)
 			break
 		}
 		j := &segJob{items: len(batch), done: make(chan struct{})}
 		go func(segID uint64, frameBytes int64, obj []byte, batch []flushItem, prev *segJob) {
 			defer close(j.done)
-			j.err = e.uploadAndCommit(ctx, segID, frameBytes, obj, batch, prev)
-			e.putSegBuf(obj)
+			j.err = e.uploadAndCommit(ctx, segID, frameBytes, obj, sb, batch, prev)
+			sb.release()
 		}(segID, int64(b.Size()), obj, batch, prev)
 		jobs = append(jobs, j)
 		prev = j
@@ -351,7 +428,7 @@ func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error
 
 // encodeSegment seals the frames of batch into a new segment builder,
 // spreading the compression and encryption over the cores.
-func (e *Engine) encodeSegment(segID uint64, batch []flushItem) *segment.Builder {
+func (e *Engine) encodeSegment(segID uint64, batch []flushItem, buf []byte) *segment.Builder {
 	ids := make([]segment.FrameID, 0, len(batch))
 	datas := make([][]byte, 0, len(batch))
 	for i := range batch {
@@ -362,7 +439,7 @@ func (e *Engine) encodeSegment(segID uint64, batch []flushItem) *segment.Builder
 			datas = append(datas, d)
 		}
 	}
-	b := segment.NewBuilderIn(e.opts.Keys, segID, e.codec, e.getSegBuf())
+	b := segment.NewBuilderIn(e.opts.Keys, segID, e.codec, buf)
 	ptrs := b.AddFrames(ids, datas, runtime.GOMAXPROCS(0))
 	for i := range batch {
 		if !batch[i].hole {
@@ -374,8 +451,8 @@ func (e *Engine) encodeSegment(segID uint64, batch []flushItem) *segment.Builder
 
 // uploadAndCommit uploads one segment (waiting out store outages) and then,
 // once prev (the flush's segment before it, if any) is committed, commits
-// its pointers.
-func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes int64, obj []byte, batch []flushItem, prev *segJob) error {
+// its pointers. obj is the segment, built in sb's buffer.
+func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes int64, obj []byte, sb *segBuf, batch []flushItem, prev *segJob) error {
 	defer e.uploadDone(segID)
 	if len(obj) > 0 {
 		failpoint.Hit("segment-before-upload")
@@ -394,7 +471,7 @@ func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes i
 				ptrs = append(ptrs, it.ptr)
 			}
 		}
-		e.rd.Admit(obj, ptrs)
+		e.rd.Admit(obj, ptrs, sb.share())
 	}
 	if prev != nil {
 		<-prev.done

@@ -84,3 +84,63 @@ func TestLocalSegmentBuffersReused(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteSegmentBuffersReused: on an object store, a segment's buffer
+// is shared by its upload and the disk cache, which writes the uploaded
+// frames later; it is built in again only once both let go. Every frame
+// the disk cache wrote is the one uploaded: after a restart the files read
+// back whole from the disk cache with every segment request failing (a
+// frame overwritten while the cache held it would fail its tag there and
+// go to the store).
+func TestRemoteSegmentBuffersReused(t *testing.T) {
+	ctx := context.Background()
+	fst, open := remoteFS(t, 1<<20)
+	e := open()
+	if e.local {
+		t.Fatal("a memory store is seen as local")
+	}
+	var inos []uint64
+	for _, name := range []string{"a", "b"} {
+		a, err := e.Create(ctx, RootIno, name, 0o644, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, a.Ino)
+	}
+	const size = 6 << 20
+	want := map[uint64][]byte{}
+	reused := segBufsReused.Load()
+	for round := range 3 {
+		for i, ino := range inos {
+			data := randBytes(int64(100+10*round+i), size)
+			if n, err := e.Write(ctx, ino, data, 0); err != nil || n != len(data) {
+				t.Fatalf("write: %d, %v", n, err)
+			}
+			want[ino] = data
+		}
+		if err := e.Barrier(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := segBufsReused.Load() - reused; n == 0 {
+		t.Fatal("no segment was built in the buffer of an uploaded one")
+	} else {
+		t.Logf("%d segments built in reused buffers", n)
+	}
+	if err := e.Close(ctx); err != nil { // drains the disk cache's queue
+		t.Fatal(err)
+	}
+	e = open()
+	defer e.Close(ctx)
+	id := fst.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, Prefix: "segments/", Err: objstore.ErrNotFound})
+	for _, ino := range inos {
+		buf := make([]byte, size)
+		n, err := e.Read(ctx, ino, buf, 0)
+		if err != nil || n != size || !bytes.Equal(buf, want[ino]) {
+			t.Fatalf("ino %d after restart: %d bytes, %v, equal %v (segment requests: %d)", ino, n, err, bytes.Equal(buf[:n], want[ino][:n]), fst.Fired(id))
+		}
+	}
+	if fst.Fired(id) != 0 {
+		t.Fatalf("%d segment requests; want every frame from the disk cache", fst.Fired(id))
+	}
+}

@@ -17,19 +17,43 @@ import (
 // the mounted files' plaintext already is. A filesystem that refuses
 // O_DIRECT, and any other buffer, get a plain write.
 func writeNew(f *os.File, data []byte) error {
-	done, err := writeDirect(f, data)
+	return WriteAtDirect(f, data, 0)
+}
+
+// WriteAtDirect writes b at off of f as f.WriteAt would, but writes the
+// whole blocks inside it, when they are DirectMin bytes or more and their
+// bytes in b start on a block boundary of memory too, with O_DIRECT: only
+// the partial blocks at either end go through the page cache. The copy
+// into the page cache is no small cost: the disk cache, writing the 1 GiB
+// a writer uploaded through it, spent 2.8 s of CPU in it (perf, on this
+// 2-core VM), more than sealing the bytes took. A filesystem that refuses
+// O_DIRECT gets a plain write. f must not be in O_APPEND mode.
+func WriteAtDirect(f *os.File, b []byte, off int64) error {
+	head := int(-off & (spanAlign - 1))
+	if head > len(b) {
+		head = len(b)
+	}
+	done, err := writeDirect(f, b[head:], off+int64(head))
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(data[done:], int64(done))
+	if head > 0 {
+		if _, err := f.WriteAt(b[:head], off); err != nil {
+			return err
+		}
+	}
+	if rest := b[head+done:]; len(rest) > 0 {
+		_, err = f.WriteAt(rest, off+int64(head+done))
+	}
 	return err
 }
 
-// writeDirect writes what it can of data's whole blocks to f from offset 0
-// with O_DIRECT and returns how many bytes it wrote: 0 where writeNew
-// writes it all through the page cache, and on a filesystem that refuses
-// O_DIRECT. An error is one of the disk's (no space, I/O).
-func writeDirect(f *os.File, data []byte) (int, error) {
+// writeDirect writes what it can of data's whole blocks to f at off, a
+// block boundary, with O_DIRECT and returns how many bytes it wrote: 0
+// where WriteAtDirect writes it all through the page cache, and on a
+// filesystem that refuses O_DIRECT. An error is one of the disk's (no
+// space, I/O).
+func writeDirect(f *os.File, data []byte, off int64) (int, error) {
 	n := len(data) &^ (spanAlign - 1)
 	if n < DirectMin || uintptr(unsafe.Pointer(&data[0]))&(spanAlign-1) != 0 {
 		return 0, nil
@@ -45,7 +69,7 @@ func writeDirect(f *os.File, data []byte) (int, error) {
 	done := 0
 	var werr error
 	for done < n {
-		k, err := unix.Pwrite(fd, data[done:n], int64(done))
+		k, err := unix.Pwrite(fd, data[done:n], off+int64(done))
 		if err == unix.EINTR {
 			continue
 		}

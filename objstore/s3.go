@@ -355,15 +355,15 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 		}
 		return etag, nil
 	}
-	return s.conditionally(ctx, key, opts, func() string { return etagOf(data) }, send)
+	return s.conditionally(ctx, key, data, opts, func() string { return etagOf(data) }, send)
 }
 
-// conditionally runs a conditional write with S3's own retry loop (see Put).
-// want returns the ETag the write produces; it is called only to resolve a
-// 412 after an attempt whose outcome is unknown (hashing every payload to
-// predict an ETag that the response carries anyway cost a third of the
-// writer's CPU).
-func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, want func() string,
+// conditionally runs a conditional write of data with S3's own retry loop
+// (see Put). want returns the ETag the write produces on a store whose
+// ETags are MD5s; it is called only to resolve a 412 after an attempt
+// whose outcome is unknown (hashing every payload to predict an ETag that
+// the response carries anyway cost a third of the writer's CPU).
+func (s *S3) conditionally(ctx context.Context, key string, data []byte, opts PutOptions, want func() string,
 	send func(ctx context.Context, sdkRetry bool) (string, error)) (string, error) {
 	ambiguous := false // an earlier attempt may have landed
 	var lastErr error
@@ -378,8 +378,8 @@ func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, wan
 		// finds its upload gone.
 		code, _ := errCode(err)
 		if ambiguous && (lost || code == "NoSuchUpload") {
-			if info, herr := s.Head(ctx, key); herr == nil && info.ETag == want() {
-				return info.ETag, nil
+			if etag, ok := s.landed(ctx, key, data, want); ok {
+				return etag, nil
 			}
 		}
 		if lost {
@@ -402,6 +402,42 @@ func (s *S3) conditionally(ctx context.Context, key string, opts PutOptions, wan
 		}
 	}
 	return "", s.mapErr(ctx, "put", key, lastErr)
+}
+
+// landedCompareMax bounds the objects whose content landed compares when
+// their ETag is not the MD5 it predicts: metadata (journals, manifests,
+// leases) is far smaller; a segment's upload checks its own tail instead
+// (segment.Upload).
+const landedCompareMax = 8 << 20
+
+// landed reports whether the object at key is data, written by an earlier
+// attempt of this Put whose response was lost, and returns its ETag. The
+// ETag settles it where the store's ETags are MD5s (want); stores whose
+// ETags are not (SSE-KMS on AWS, servers that derive them from checksums)
+// have the object read back and compared, up to landedCompareMax bytes.
+func (s *S3) landed(ctx context.Context, key string, data []byte, want func() string) (string, bool) {
+	info, err := s.Head(ctx, key)
+	if err != nil || info.Size != int64(len(data)) {
+		return "", false
+	}
+	if info.ETag == want() {
+		return info.ETag, true
+	}
+	if len(data) > landedCompareMax {
+		return "", false
+	}
+	got, err := s.Get(ctx, key)
+	if err != nil || !bytes.Equal(got, data) {
+		return "", false
+	}
+	// The object read may be newer than the Head (another writer); its
+	// bytes are this write's, so the ETag to go on from is the Head's only
+	// if nothing changed in between.
+	again, err := s.Head(ctx, key)
+	if err != nil || again.ETag != info.ETag {
+		return "", false
+	}
+	return info.ETag, true
 }
 
 // putMultipart uploads data in PartSize parts, s3PartWorkers at a time; a
@@ -524,7 +560,7 @@ feed:
 	}
 	var etag string
 	if opts.IfAbsent || opts.IfMatch != "" {
-		etag, err = s.conditionally(ctx, key, opts, want, send)
+		etag, err = s.conditionally(ctx, key, data, opts, want, send)
 	} else {
 		etag, err = send(ctx, true)
 		if err != nil {

@@ -236,9 +236,27 @@ func freeAddr(t *testing.T) string {
 }
 
 // A conditional Put whose first attempt lands but whose response is lost is
-// retried, sees 412, and is still reported as the success it was.
+// retried, sees 412, and is still reported as the success it was: on a
+// server whose ETags are MD5s, and on one whose ETags are not (AWS under
+// SSE-KMS; versitygw's checksum ETags), where it reads the object back.
 func TestS3ConditionalPutLostResponse(t *testing.T) {
-	srv := s3test.Start(t)
+	t.Run("md5-etags", func(t *testing.T) { testConditionalPutLostResponse(t, s3test.Start(t)) })
+	t.Run("checksum-etags", func(t *testing.T) {
+		srv := s3test.StartWith(t, s3test.ChecksumETags)
+		s := newS3(t, srv.Config("probe/"))
+		data := []byte("not an md5")
+		etag, err := s.Put(context.Background(), "probe", data, objstore.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum := md5.Sum(data); etag == hex.EncodeToString(sum[:]) {
+			t.Fatalf("the server's ETag %q is the MD5 of the object: not the case under test", etag)
+		}
+		testConditionalPutLostResponse(t, srv)
+	})
+}
+
+func testConditionalPutLostResponse(t *testing.T, srv *s3test.Server) {
 	target, _ := url.Parse(srv.Endpoint)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	var drop atomic.Int32

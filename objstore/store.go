@@ -67,7 +67,10 @@ type ListPage struct {
 // slash-separated relative names ("segments/3f/000000010000003f").
 // Implementations are safe for concurrent use.
 type Store interface {
-	// Put stores data under key and returns the new object's ETag.
+	// Put stores data under key and returns the new object's ETag. It
+	// neither keeps nor reads data once it has returned, whatever the
+	// outcome: the caller may reuse it (the writer builds its next
+	// segments in the buffers of uploaded ones).
 	Put(ctx context.Context, key string, data []byte, opts PutOptions) (etag string, err error)
 	// Get returns the whole object.
 	Get(ctx context.Context, key string) ([]byte, error)

@@ -110,10 +110,12 @@ type diskSeg struct {
 type diskPut struct {
 	p     Pointer
 	frame []byte
-	// Or runs of adjacent frames (admit), holding cost bytes of memory.
-	runs []diskRun
-	cost int64
-	ack  chan struct{} // a sync marker: closed once everything before it is written
+	// Or runs of adjacent frames (admit), holding cost bytes of memory;
+	// release, if set, is called once they are written (or dropped).
+	runs    []diskRun
+	cost    int64
+	release func()
+	ack     chan struct{} // a sync marker: closed once everything before it is written
 }
 
 // diskRun is adjacent frames es of segment seg, whose bytes are b.
@@ -178,7 +180,8 @@ func statfsDir(dir string) (total, avail int64, err error) {
 	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
 }
 
-// writeSegmentFrames writes b at off in the segment file data, in place,
+// writeSegmentFrames writes b at off in the segment file data, in place
+// (a run of 256 KiB or more past the page cache: objstore.WriteAtDirect),
 // then appends recs to its index idx: a frame is listed only after its
 // bytes were written (a crash may still lose them; the frame then fails
 // authentication at its first read and is dropped).
@@ -192,7 +195,7 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteAt(b, off)
+	err = objstore.WriteAtDirect(f, b, off)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -401,6 +404,7 @@ func (c *diskCache) writer() {
 			case it.runs != nil:
 				c.putRuns(it.runs)
 				c.queued.Add(-it.cost)
+				it.done()
 			default:
 				c.putRun(it.p.Segment, []diskEntry{{seg: it.p.Segment, off: it.p.Offset, length: it.p.Length}}, it.frame)
 				c.queued.Add(-int64(len(it.frame)))
@@ -426,6 +430,15 @@ func (c *diskCache) putOverflow() {
 		c.ovMu.Lock()
 		c.overflowBytes -= it.cost
 		c.ovMu.Unlock()
+		it.done()
+	}
+}
+
+// done tells the owner of the memory a put of runs held that the cache
+// no longer reads it.
+func (it diskPut) done() {
+	if it.release != nil {
+		it.release()
 	}
 }
 
@@ -785,8 +798,10 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 // it (the cached frames of a repack output of up to 1 GiB), are copied out
 // instead, so that the object is not held; so are, when the object fits in
 // neither whole, as many frames as the room left holds. Frames left out
-// are counted (skipped). The caller must not change obj.
-func (c *diskCache) admit(obj []byte, ps []Pointer) {
+// are counted (skipped). The caller must not change obj until release
+// (if not nil) is called, once the cache no longer reads it: at once when
+// it copied or left out the frames, else after writing them.
+func (c *diskCache) admit(obj []byte, ps []Pointer, release func()) {
 	ok := func(p Pointer) bool {
 		return p.Length > 0 && p.End() <= uint64(len(obj)) && int64(p.Length) <= c.max
 	}
@@ -812,11 +827,14 @@ func (c *diskCache) admit(obj []byte, ps []Pointer) {
 	held := int64(len(obj)) <= diskQueueBytes && frames >= int64(len(obj))/2
 	var put diskPut
 	if held {
-		put = diskPut{runs: runs, cost: int64(len(obj))}
+		put = diskPut{runs: runs, cost: int64(len(obj)), release: release}
 	} else {
 		put = copyRuns(runs, diskQueueBytes)
 	}
 	placed := len(put.runs) > 0 && c.place(put)
+	if placed && put.release != nil {
+		release = nil // the writer calls it
+	}
 	if !placed && held {
 		put = copyRuns(runs, c.room())
 		placed = len(put.runs) > 0 && c.place(put)
@@ -825,6 +843,9 @@ func (c *diskCache) admit(obj []byte, ps []Pointer) {
 		put.runs = nil
 	}
 	c.skipped.Add(frames - runBytes(put.runs))
+	if release != nil {
+		release()
+	}
 }
 
 // copyRuns copies the frames of runs, in order, up to budget bytes, into a

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -369,12 +370,12 @@ func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
 	c := r.disk
 	c.queued.Add(diskQueueBytes)
 
-	r.Admit(f.data, f.ps[:4]) // no room in the queue: into the overflow
+	r.Admit(f.data, f.ps[:4], nil) // no room in the queue: into the overflow
 	c.closeMu.Lock()
 	full := diskOverflowBytes - c.overflowBytes
 	c.overflowBytes += full
 	c.closeMu.Unlock()
-	r.Admit(f.data, f.ps[4:7]) // the overflow is full: left out
+	r.Admit(f.data, f.ps[4:7], nil) // the overflow is full: left out
 	c.closeMu.Lock()
 	c.overflowBytes -= full
 	c.closeMu.Unlock()
@@ -423,15 +424,24 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 	// waits in the queue, the second in the overflow, and the third fits
 	// in neither whole, so as many of its frames as the larger room left
 	// (the overflow's 31 MiB) holds are copied out.
+	// Each object's owner gets it back once the cache no longer reads
+	// it: the held ones after they are written, the others at once.
 	const frame, frames = 1 << 20, 33
 	const objSize = frame * frames
+	var released [4]atomic.Int32
+	releases := func() (n [4]int32) {
+		for i := range released {
+			n[i] = released[i].Load()
+		}
+		return n
+	}
 	for i := range 3 {
 		seg := uint64(0x0000000500000000 + i)
 		ps := make([]Pointer, frames)
 		for j := range ps {
 			ps[j] = Pointer{Segment: seg, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
 		}
-		r.Admit(make([]byte, objSize), ps)
+		r.Admit(make([]byte, objSize), ps, func() { released[i].Add(1) })
 	}
 	const copied = (diskOverflowBytes - objSize) / frame
 	if got, want := held()-base, int64(2*objSize+copied*frame); got != want {
@@ -446,12 +456,18 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 	r.Admit(make([]byte, 100<<20), []Pointer{
 		{Segment: 0x0000000600000000, Offset: 1 << 20, Length: 4096, PlainLen: 4055},
 		{Segment: 0x0000000600000000, Offset: 90 << 20, Length: 4096, PlainLen: 4055},
-	})
+	}, func() { released[3].Add(1) })
 	if got := held() - before; got != 8192 {
 		t.Fatalf("a sparse admission of a 100 MiB object holds %d bytes by the count, want 8192 (its frames, copied)", got)
 	}
+	if got, want := releases(), [4]int32{0, 0, 1, 1}; got != want {
+		t.Fatalf("releases before the writer wrote anything: %v, want %v (the held objects not yet, the copied ones once)", got, want)
+	}
 	free()
 	c.sync()
+	if got, want := releases(), [4]int32{1, 1, 1, 1}; got != want {
+		t.Fatalf("releases once the queue and overflow are written: %v, want %v", got, want)
+	}
 	if got := held(); got != 0 {
 		t.Fatalf("%d bytes still counted as held after the queue was written", got)
 	}
@@ -495,7 +511,7 @@ func TestAdmitCopiesUpToTheQueueBound(t *testing.T) {
 	for j := range ps {
 		ps[j] = Pointer{Segment: 0x0000000800000000, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
 	}
-	r.Admit(make([]byte, 100<<20), ps)
+	r.Admit(make([]byte, 100<<20), ps, nil)
 	r.disk.sync()
 	if _, entries := r.disk.stats(); entries != diskQueueBytes/frame {
 		t.Fatalf("%d frames cached, want %d (as many as the queue's bound holds)", entries, diskQueueBytes/frame)

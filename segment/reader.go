@@ -162,10 +162,14 @@ func (r *Reader) Close() error {
 // uploaded to the disk cache, so that reading them back (after the
 // memory cache let them go, or after a restart) costs no store request.
 // It never waits: frames the cache's queue has no room for are left out.
-// obj is the whole object; ps point into it.
-func (r *Reader) Admit(obj []byte, ps []Pointer) {
+// obj is the whole object; ps point into it. The cache may read obj
+// until it calls release (if not nil), exactly once; the caller must not
+// change obj before then.
+func (r *Reader) Admit(obj []byte, ps []Pointer, release func()) {
 	if r.disk != nil {
-		r.disk.admit(obj, ps)
+		r.disk.admit(obj, ps, release)
+	} else if release != nil {
+		release()
 	}
 }
 
@@ -202,7 +206,7 @@ func (r *Reader) Relocated(obj []byte, moves []Move) {
 	for j, i := range have {
 		ps[j] = moves[i].New
 	}
-	r.disk.admit(obj, ps)
+	r.disk.admit(obj, ps, nil)
 }
 
 // Remember puts the plaintext of a frame this process has just written

@@ -33,6 +33,9 @@ type options struct {
 	kernelPassthrough bool
 	// s3 adds the ebbfs-s3 target: ebbfs on the S3 test server.
 	s3 bool
+	// s3MD5ETags runs the S3 test server with MD5 ETags (its default)
+	// rather than checksum-derived ones.
+	s3MD5ETags bool
 	// groups selects workload groups (write, read, rand, small).
 	groups map[string]bool
 	// cpuProfile, if set, is a directory for CPU profiles of the ebbfs
@@ -84,6 +87,7 @@ func main() {
 	flag.StringVar(&o.ebbfsBin, "ebbfs", "", "use this ebbfs binary instead of building ./cmd/ebbfs")
 	flag.BoolVar(&o.kernelPassthrough, "kernel-passthrough", false, "let the go-fuse loopback use FUSE passthrough (the kernel then reads and writes the backing files itself)")
 	flag.BoolVar(&o.s3, "s3", true, "also run ebbfs on the S3 test server (versitygw, posix backend on the same disk) as target ebbfs-s3")
+	flag.BoolVar(&o.s3MD5ETags, "s3-md5-etags", false, "run the S3 test server with MD5 ETags (it then hashes every byte uploaded with MD5 on the same cores) instead of checksum-derived ones")
 	groups := flag.String("groups", strings.Join(allGroups, ","), "workload groups to run, comma-separated: "+strings.Join(allGroups, ", ")+" (read and rand read what write wrote)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of the ebbfs targets during the sequential write, the cold read, the random reads and the random overwrites into this directory")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 8, "length of each -cpuprofile profile")
@@ -309,7 +313,7 @@ func (b *bench) main() error {
 		segs: filepath.Join(l.store, "segments"), layout: l})
 
 	if b.o.s3 {
-		storage, err := startS3(filepath.Join(b.work, "s3"))
+		storage, err := startS3(filepath.Join(b.work, "s3"), b.o.s3MD5ETags)
 		if err != nil {
 			return err
 		}

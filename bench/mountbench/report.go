@@ -146,7 +146,11 @@ func (b *bench) report(w io.Writer) {
 	fmt.Fprintf(w, "  ebbfs = ebbfs run on a file:// store, memory_size = %s; all on the same disk\n", formatSize(ebbfsMemoryCache))
 	s3 := b.hasTarget("ebbfs-s3")
 	if s3 {
-		fmt.Fprintln(w, "  ebbfs-s3 = the same on the S3 test server (versitygw, posix backend on the same disk, loopback HTTP)")
+		etags := "checksum ETags, no MD5 of the uploads; -s3-md5-etags for MD5 ones"
+		if o.s3MD5ETags {
+			etags = "MD5 ETags (-s3-md5-etags): it hashes every byte uploaded"
+		}
+		fmt.Fprintf(w, "  ebbfs-s3 = the same on the S3 test server (versitygw, posix backend on the same disk, loopback HTTP,\n    %s)\n", etags)
 	}
 	fmt.Fprintln(w)
 
