@@ -325,9 +325,10 @@ const prefetchRun = 2 << 20
 // prefetch reads the committed extents covering [from, to) into the cache.
 // Its runs (frames adjacent in one segment, one GET each) are fetched
 // concurrently, so that one run's GET overlaps another's decryption. On a
-// local store, whose sequential reads are decrypted straight into the
-// reader's buffer (readRangeLocked), it only reads the runs' sealed bytes
-// for those reads to decrypt (segment.Reader.ReadAhead).
+// local store, and for runs the disk cache holds, whose sequential reads
+// are decrypted straight into the reader's buffer (readRangeLocked), it
+// only reads the runs' sealed bytes for those reads to decrypt
+// (segment.Reader.ReadAhead).
 func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	all, err := e.pointersIn(ino, uint64(from)/es, uint64(to-1)/es+1)
 	if err != nil {
@@ -349,9 +350,8 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if e.local {
-				e.rd.ReadAhead(ctx, ptrs)
-				return
+			if e.rd.ReadAhead(ctx, ptrs) {
+				return // sealed bytes, from a local store or the disk cache
 			}
 			if err := e.rd.Fetch(ctx, ids, ptrs); err != nil {
 				e.log.Debug("read-ahead", "ino", ino, "err", err)
@@ -439,8 +439,11 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 	// reader's requests concurrently, so they do not all look
 	// sequential here; a random read of whole extents loses nothing by
 	// it either: the store's reads cost no request, and the kernel keeps
-	// the small ones in its page cache.)
-	stream := e.local
+	// the small ones in its page cache.) Behind a remote store, the
+	// same goes for frames the disk cache holds; the others are fetched
+	// into the caches (by the cache-only attempt's misses, or by the
+	// reader) and copied.
+	stream := e.local || e.rd.HasDiskCache()
 	streamable := func(idxs []uint64, ptrs []segment.Pointer) bool {
 		for i, idx := range idxs {
 			start := int64(idx) * es
@@ -456,7 +459,12 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 			at := int64(idx)*es - off
 			dsts[i] = p[at : at+int64(runPtrs[i].PlainLen)]
 		}
-		if err := e.rd.ReadRunTo(ctx, runIDs, runPtrs, dsts); err != nil {
+		err := e.rd.ReadRunTo(ctx, runIDs, runPtrs, dsts)
+		if misses != nil && missed(ctx, err) {
+			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
+			return nil
+		}
+		if err != nil {
 			return err
 		}
 		for i, idx := range runIdx {

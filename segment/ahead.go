@@ -71,11 +71,21 @@ type aheadTable struct {
 // segment, in offset order) for the reads to come, but not the frames
 // that spans held already cover. It returns when they are read; errors
 // are left to the readers, which then read the frames themselves. A
-// reader with a disk cache reads nothing ahead here: the cache takes the
-// sealed frames it reads for its own (Fetch reads ahead into it).
-func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
-	if len(ps) == 0 || r.disk != nil || r.checkRun(ps) != nil {
-		return
+// reader with a disk cache reads ahead here only a run that the cache
+// holds whole, from the cache, and reports whether it did: any other is
+// for Fetch, which fetches it from the store into both caches.
+func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
+	if len(ps) == 0 || r.checkRun(ps) != nil {
+		return false
+	}
+	if r.disk != nil {
+		all := make([]int, len(ps))
+		for i := range all {
+			all[i] = i
+		}
+		if len(r.disk.present(ps, all)) < len(ps) {
+			return false
+		}
 	}
 	t := &r.ahead
 	t.mu.Lock()
@@ -88,19 +98,27 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 	}
 	if len(ps) == 0 {
 		t.mu.Unlock()
-		return
+		return true
 	}
 	seg, start, end := ps[0].Segment, uint64(ps[0].Offset), ps[len(ps)-1].End()
 	if len(t.spans) >= aheadMax {
 		t.mu.Unlock()
-		objstore.WillNeed(r.store, Key(seg), int64(start), int64(end-start))
-		return
+		if r.disk == nil {
+			objstore.WillNeed(r.store, Key(seg), int64(start), int64(end-start))
+		}
+		return true
 	}
 	sp := &aheadSpan{seg: seg, start: start, end: end, done: make(chan struct{})}
 	t.spans = append(t.spans, sp)
 	t.mu.Unlock()
 
-	buf, data, pooled, _ := r.readSealed(ctx, Key(seg), int64(start), int(end-start), true)
+	var buf, data []byte
+	var pooled bool
+	if r.disk != nil {
+		buf, data, pooled = r.readDiskSpan(seg, int64(start), int(end-start))
+	} else {
+		buf, data, pooled, _ = r.readSealed(ctx, Key(seg), int64(start), int(end-start), true)
+	}
 	t.mu.Lock()
 	sp.data, sp.buf, sp.pooled, sp.read = data, buf, pooled, true
 	close(sp.done)
@@ -112,6 +130,22 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) {
 	}
 	t.freeLocked(sp, &r.bufs)
 	t.mu.Unlock()
+	return true
+}
+
+// readDiskSpan reads the n sealed bytes at off of segment seg from the
+// disk cache into a scratch buffer and returns the buffer, the bytes
+// (nil if it could not read them all) and whether the buffer is pooled.
+func (r *Reader) readDiskSpan(seg uint64, off int64, n int) (buf, data []byte, pooled bool) {
+	buf, pooled = r.bufs.scratch(n + objstore.SpanSlack)
+	data, err := r.disk.readSpan(seg, off, n, buf)
+	if err != nil || len(data) < n {
+		if pooled {
+			r.bufs.putScratch(buf)
+		}
+		return nil, nil, false
+	}
+	return buf, data, pooled
 }
 
 // take returns the span that holds the frame ps[g[0]], read or being
@@ -233,6 +267,15 @@ func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 // one request per stretch that no span holds (fetchGroup; pool as there).
 // done gives back what the frames lie in; call it once they are opened.
 func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
+	return r.sealedFramesFrom(ctx, ps, g, func(g []int) ([]byte, [][]byte, bool, error) {
+		return r.fetchGroup(ctx, ps, g, pool)
+	})
+}
+
+// sealedFramesFrom is sealedFrames reading what no span holds with read
+// (one stretch of g at a time: its buffer, the frames' bytes in it, and
+// whether the buffer is a pooled scratch one).
+func (r *Reader) sealedFramesFrom(ctx context.Context, ps []Pointer, g []int, read func(g []int) ([]byte, [][]byte, bool, error)) (frames [][]byte, done func(), err error) {
 	frames = make([][]byte, len(g))
 	var spans []*aheadSpan
 	var used []uint64
@@ -250,9 +293,14 @@ func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool b
 		if sp != nil {
 			read := false
 			select {
-			case <-sp.done:
+			case <-sp.done: // read already (a done ctx must not win a tie)
 				read = true
-			case <-ctx.Done():
+			default:
+				select {
+				case <-sp.done:
+					read = true
+				case <-ctx.Done():
+				}
 			}
 			if read && sp.data != nil {
 				n := uint64(0)
@@ -269,7 +317,7 @@ func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool b
 			}
 			r.ahead.release(sp, 0, &r.bufs) // failed, or not waited for: read them here
 		}
-		buf, fetched, pooled, err := r.fetchGroup(ctx, ps, g[j:j+k], pool)
+		buf, fetched, pooled, err := read(g[j : j+k])
 		if err != nil {
 			done()
 			return nil, nil, err

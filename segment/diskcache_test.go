@@ -636,3 +636,88 @@ func TestReadSpanFileEnds(t *testing.T) {
 		t.Fatalf("a span inside the file: %v", err)
 	}
 }
+
+// TestReadRunToFromDiskCache: a stream's run (ReadRunTo) of frames the
+// disk cache holds is decrypted into the caller's buffers from the cache,
+// from a span read ahead out of it where there is one, with no store
+// request and nothing put in the memory cache; a damaged entry is dropped
+// and read from the store, as are frames the cache lacks (and those go
+// into the caches). ReadAhead takes only runs the cache holds whole.
+func TestReadRunToFromDiskCache(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 32)
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
+	if _, err := r.ReadRun(ctx, f.ids[:24], f.ps[:24]); err != nil {
+		t.Fatal(err)
+	}
+	r.disk.sync()
+	r.mu.Lock()
+	r.mu.mem = newMemCache(1 << 20)
+	r.mu.Unlock()
+	// Damage frame 5 in the cache's file.
+	fl, err := os.OpenFile(r.disk.dataPath(f.segID), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fl.WriteAt([]byte("damage"), int64(f.ps[5].Offset)+40); err != nil {
+		t.Fatal(err)
+	}
+	fl.Close()
+	if r.ReadAhead(ctx, f.ps[20:28]) {
+		t.Fatal("ReadAhead took a run the disk cache holds only part of")
+	}
+	if !r.ReadAhead(ctx, f.ps[8:16]) {
+		t.Fatal("ReadAhead refused a run the disk cache holds whole")
+	}
+	f.cs.reset()
+	before := r.Stats()
+	dst := make([][]byte, len(f.ps))
+	for i, p := range f.ps {
+		dst[i] = make([]byte, p.PlainLen)
+	}
+	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+		t.Fatal(err)
+	}
+	for i := range dst {
+		if !bytes.Equal(dst[i], f.plains[i]) {
+			t.Fatalf("frame %d differs", i)
+		}
+	}
+	after := r.Stats()
+	if got := after.DiskHits - before.DiskHits; got != 23 {
+		t.Fatalf("%d frames read from the disk cache, want 23 (24 held, one damaged)", got)
+	}
+	if got := after.AheadHits - before.AheadHits; got != 8 {
+		t.Fatalf("%d frames from the span read ahead, want 8", got)
+	}
+	if got := after.DiskCorrupt - before.DiskCorrupt; got != 1 {
+		t.Fatalf("%d damaged entries dropped, want 1", got)
+	}
+	if got := after.Misses - before.Misses; got != 9 {
+		t.Fatalf("%d frames from the store, want 9 (the damaged one and the 8 not cached)", got)
+	}
+	if f.cs.total() == 0 {
+		t.Fatal("no store request for frames the disk cache lacks")
+	}
+	if after.MemEntries > 9 {
+		t.Fatalf("the memory cache holds %d frames after the stream; the ones from the disk cache went into it", after.MemEntries)
+	}
+	// The frames fetched went into the disk cache: read again, nothing
+	// goes to the store.
+	r.disk.sync()
+	r.mu.Lock()
+	r.mu.mem = newMemCache(1 << 20)
+	r.mu.Unlock()
+	f.cs.reset()
+	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for a run the disk cache now holds whole", n)
+	}
+	for i := range dst {
+		if !bytes.Equal(dst[i], f.plains[i]) {
+			t.Fatalf("frame %d differs on the second read", i)
+		}
+	}
+}

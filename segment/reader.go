@@ -158,6 +158,9 @@ func (r *Reader) Close() error {
 	return nil
 }
 
+// HasDiskCache reports whether the reader keeps a disk cache of frames.
+func (r *Reader) HasDiskCache() bool { return r.disk != nil }
+
 // Admit offers the frames of a segment object this process has just
 // uploaded to the disk cache, so that reading them back (after the
 // memory cache let them go, or after a restart) costs no store request.
@@ -871,7 +874,7 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 // a run buffer, and caches nothing: frames the memory cache holds are
 // copied from it, the rest are read with one request per run into a
 // pooled buffer and decrypted from there. It is for a sequential reader
-// of a store that has no disk cache (a local one): its bytes go from the
+// (of a local store, or of what a disk cache holds): its bytes go from the
 // store's file to the caller's buffer with one copy and the decryption,
 // both while they are in the processor's caches, and a stream larger than
 // the memory cache does not push out what random readers keep there.
@@ -879,6 +882,8 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 // A run of up to decryptAloneMax bytes is decrypted by the calling
 // goroutine alone, so that its plaintext is in that core's cache when the
 // caller sends it on (a FUSE reply: writev); a larger one on every core.
+// With a disk cache, the frames it holds are read from it the same way
+// (readDiskTo); the others are read as ReadRun reads them.
 func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) error {
 	if len(ids) != len(ps) || len(dst) != len(ps) {
 		return fmt.Errorf("segment run: %d ids and %d buffers for %d pointers", len(ids), len(dst), len(ps))
@@ -887,17 +892,6 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 		if len(dst[i]) != int(p.PlainLen) {
 			return fmt.Errorf("segment run: a buffer of %d bytes for a frame of %d", len(dst[i]), p.PlainLen)
 		}
-	}
-	if r.disk != nil { // the disk cache is to be read and filled: as ReadRun
-		datas, loan, err := r.ReadRunLent(ctx, ids, ps)
-		if err != nil {
-			return err
-		}
-		for i := range datas {
-			clear(dst[i][copy(dst[i], datas[i]):])
-		}
-		loan.Release()
-		return nil
 	}
 	if err := r.checkRun(ps); err != nil {
 		return err
@@ -933,11 +927,94 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 	if dstLen(dst, want) > decryptAloneMax {
 		workers = runtime.GOMAXPROCS(0)
 	}
+	if r.disk != nil {
+		return r.readDiskTo(ctx, ids, ps, want, dst, workers)
+	}
 	for _, g := range runGroups(ps, want) {
 		if err := r.readGroupTo(ctx, ids, ps, g, dst, workers); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// readDiskTo is ReadRunTo's reading of the frames ps[i], i in want, with
+// a disk cache: those it holds are decrypted into dst[i] from it (from
+// spans ReadAhead read out of it, or read here, one request per run),
+// caching nothing; the rest, and any it held damaged (dropped from it),
+// are read as ReadRun reads them, from the store into both caches, and
+// copied. So a stream of what the writer uploaded, or of what was read
+// before, costs its reads of the cache's files and one decryption, and
+// does not push out of the memory cache what partial reads and writes
+// keep there.
+func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, want []int, dst [][]byte, workers int) error {
+	have := r.disk.present(ps, want)
+	done := make([]bool, len(ps))
+	// Spans are read from the cache's files, not the store: worth waiting
+	// for even in a cache-only attempt, whose context is done from the
+	// start.
+	wait := context.WithoutCancel(ctx)
+	for _, g := range runGroups(ps, have) {
+		frames, release, err := r.sealedFramesFrom(wait, ps, g, func(g []int) ([]byte, [][]byte, bool, error) {
+			start, end := int64(ps[g[0]].Offset), int64(ps[g[len(g)-1]].End())
+			buf, data, pooled := r.readDiskSpan(ps[g[0]].Segment, start, int(end-start))
+			if data == nil {
+				return nil, nil, false, errNotCached
+			}
+			out := make([][]byte, len(g))
+			for j, i := range g {
+				a, b := int64(ps[i].Offset)-start, int64(ps[i].End())-start
+				out[j] = data[a:b:b]
+			}
+			return buf, out, pooled, nil
+		})
+		if err != nil {
+			continue // unreadable now: from the store
+		}
+		ok := make([]bool, len(g))
+		r.decodeEach(len(g), workers, func(o *keys.Opener, j int) {
+			i := g[j]
+			d := dst[i]
+			out, err := decodeFrameWith(d[:0:len(d)], r.k, o, ids[i], frames[j], len(d))
+			if err == nil && len(out) > 0 && &out[0] != &d[0] {
+				copy(d, out) // decoded elsewhere (cannot happen with PlainLen bytes of room)
+			}
+			ok[j] = err == nil
+		})
+		release()
+		n := 0
+		for j, i := range g {
+			if !ok[j] {
+				// A damaged cache entry (or a pointer for another id):
+				// drop it; the store has the last word.
+				r.diskCorrupt.Add(1)
+				r.disk.drop(ps[i], "failed authentication")
+				continue
+			}
+			done[i] = true
+			n++
+		}
+		r.diskHits.Add(uint64(n))
+	}
+	var restIDs []FrameID
+	var restPs []Pointer
+	var restDst [][]byte
+	for _, i := range want {
+		if !done[i] {
+			restIDs, restPs, restDst = append(restIDs, ids[i]), append(restPs, ps[i]), append(restDst, dst[i])
+		}
+	}
+	if len(restPs) == 0 {
+		return nil
+	}
+	datas, loan, err := r.ReadRunLent(ctx, restIDs, restPs)
+	if err != nil {
+		return err
+	}
+	for i := range datas {
+		clear(restDst[i][copy(restDst[i], datas[i]):])
+	}
+	loan.Release()
 	return nil
 }
 
