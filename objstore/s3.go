@@ -299,6 +299,11 @@ func unsignedPayload(o *s3.Options) {
 }
 
 // Put implements Store. Objects larger than PartSize are uploaded in parts.
+// It keeps nothing of data once it returns (Store): the SDK hands each
+// attempt's body to net/http wrapped in a reader that it closes when the
+// attempt returns, after which the reader gives no more bytes, so a
+// transport goroutine still sending a failed attempt's body stops there;
+// the parts of a multipart upload are all waited for.
 //
 // Conditional Puts send If-None-Match: * (IfAbsent) or If-Match (IfMatch),
 // on PutObject or, for multipart, on CompleteMultipartUpload. A 412 or a

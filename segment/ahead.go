@@ -266,7 +266,24 @@ func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 // hold them (waiting for their reads), the rest read from the store with
 // one request per stretch that no span holds (fetchGroup; pool as there).
 // done gives back what the frames lie in; call it once they are opened.
+//
+// A reader with a disk cache reads the store here, never a span: its
+// spans hold what the disk cache held (ReadAhead), which is what a
+// caller reading the store wants to get past (an entry found damaged),
+// and the frames it returns are the disk cache's to keep (putOwned),
+// where a span's buffer goes back to its pool.
 func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
+	if r.disk != nil {
+		buf, frames, pooled, err := r.fetchGroup(ctx, ps, g, pool)
+		if err != nil {
+			return nil, nil, err
+		}
+		return frames, func() {
+			if pooled {
+				r.bufs.putScratch(buf)
+			}
+		}, nil
+	}
 	return r.sealedFramesFrom(ctx, ps, g, func(g []int) ([]byte, [][]byte, bool, error) {
 		return r.fetchGroup(ctx, ps, g, pool)
 	})
