@@ -283,16 +283,6 @@ const (
 	segBufsWarm = uploadsInFlight + 1
 )
 
-// SegmentBufferBytes is the most memory outside the Go heap that an
-// engine with this SegmentTarget (0: the default) builds segments in; the
-// writer's Go memory limit leaves it out.
-func SegmentBufferBytes(segmentTarget int64) int64 {
-	if segmentTarget <= 0 {
-		segmentTarget = defaultSegmentTarget
-	}
-	return segBufsMax * int64(segBufSize(segmentTarget))
-}
-
 // segPool returns the process's pool of segment buffers of size bytes.
 func segPool(size int) *hugemem.Pool {
 	segPools.Lock()

@@ -545,23 +545,26 @@ func listenUnixSocket(p string, mode os.FileMode) (net.Listener, error) {
 }
 
 // goHeadroom is what the Go memory limit allows beyond the plaintext
-// cache, with the buffers segments are built in (fs.SegmentBufferBytes,
-// kept outside the Go heap) counted in it. At 384 MiB the writer's peak
-// RSS reached 793-808 MiB with a 256 MiB cache in mountbench (random
-// overwrites, then 1 GiB written); at 320 MiB its writes ran as fast and
-// it peaked 66 MiB lower.
+// cache. At 384 MiB the writer's peak RSS reached 793-808 MiB with a
+// 256 MiB cache in mountbench (random overwrites, then 1 GiB written);
+// at 320 MiB its writes ran as fast and it peaked 66 MiB lower. The
+// buffers segments are built in are outside the Go heap now (at most
+// 144 MiB, fs.segBufsMax), but the limit is not lowered by them: the
+// dirty data and repack's jobs (each up to 128 MiB) still need the
+// room, and a limit the live heap reaches makes the collector run
+// without pause.
 const goHeadroom = 320 << 20
 
 // limitMemory bounds the Go heap to the plaintext cache plus room for the
-// dirty data (fs.Options.DirtyLimit, 128 MiB), segments beyond those in
-// the buffers outside the heap, and Pebble, so that the garbage collector
-// works harder before the process grows past what the configuration
-// promises. GOMEMLIMIT in the environment wins.
+// dirty data (fs.Options.DirtyLimit, 128 MiB), repack's jobs and Pebble,
+// so that the garbage collector works harder before the process grows
+// past what the configuration promises. GOMEMLIMIT in the environment
+// wins.
 func limitMemory(cacheBytes int64, log *slog.Logger) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	limit := cacheBytes + goHeadroom - fs.SegmentBufferBytes(0)
+	limit := cacheBytes + goHeadroom
 	debug.SetMemoryLimit(limit)
 	log.Debug("memory limit", "bytes", limit)
 }
