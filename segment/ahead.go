@@ -273,26 +273,16 @@ func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 // and the frames it returns are the disk cache's to keep (putOwned),
 // where a span's buffer goes back to its pool.
 func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
-	if r.disk != nil {
-		buf, frames, pooled, err := r.fetchGroup(ctx, ps, g, pool)
-		if err != nil {
-			return nil, nil, err
-		}
-		return frames, func() {
-			if pooled {
-				r.bufs.putScratch(buf)
-			}
-		}, nil
-	}
-	return r.sealedFramesFrom(ctx, ps, g, func(g []int) ([]byte, [][]byte, bool, error) {
+	return r.sealedFramesFrom(ctx, ps, g, r.disk == nil, func(g []int) ([]byte, [][]byte, bool, error) {
 		return r.fetchGroup(ctx, ps, g, pool)
 	})
 }
 
-// sealedFramesFrom is sealedFrames reading what no span holds with read
-// (one stretch of g at a time: its buffer, the frames' bytes in it, and
-// whether the buffer is a pooled scratch one).
-func (r *Reader) sealedFramesFrom(ctx context.Context, ps []Pointer, g []int, read func(g []int) ([]byte, [][]byte, bool, error)) (frames [][]byte, done func(), err error) {
+// sealedFramesFrom is sealedFrames taking frames from spans only with
+// fromSpans set, and reading the others with read (one stretch of g at a
+// time: its buffer, the frames' bytes in it, and whether the buffer is a
+// pooled scratch one).
+func (r *Reader) sealedFramesFrom(ctx context.Context, ps []Pointer, g []int, fromSpans bool, read func(g []int) ([]byte, [][]byte, bool, error)) (frames [][]byte, done func(), err error) {
 	frames = make([][]byte, len(g))
 	var spans []*aheadSpan
 	var used []uint64
@@ -306,7 +296,10 @@ func (r *Reader) sealedFramesFrom(ctx context.Context, ps []Pointer, g []int, re
 		}
 	}
 	for j := 0; j < len(g); {
-		sp, k := r.ahead.take(ps, g[j:])
+		sp, k := (*aheadSpan)(nil), len(g)-j
+		if fromSpans {
+			sp, k = r.ahead.take(ps, g[j:])
+		}
 		if sp != nil {
 			read := false
 			select {

@@ -614,13 +614,28 @@ func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool boo
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
 	}
+	return buf, frameSlices(ps, g, start, data), pooled, nil
+}
+
+// frameSlices returns the bytes of each frame ps[i], i in g, within data,
+// the sealed span of the group from offset start on.
+func frameSlices(ps []Pointer, g []int, start uint64, data []byte) [][]byte {
 	out := make([][]byte, len(g))
 	for j, i := range g {
-		p := ps[i]
-		a := uint64(p.Offset) - start
-		out[j] = data[a : a+uint64(p.Length) : a+uint64(p.Length)]
+		a, b := uint64(ps[i].Offset)-start, ps[i].End()-start
+		out[j] = data[a:b:b]
 	}
-	return buf, out, pooled, nil
+	return out
+}
+
+// openTo authenticates and decrypts frame, sealed for id, into d (its
+// PlainLen bytes), as ReadRunTo does.
+func (r *Reader) openTo(o *keys.Opener, id FrameID, frame, d []byte) error {
+	out, err := decodeFrameWith(d[:0:len(d)], r.k, o, id, frame, len(d))
+	if err == nil && len(out) > 0 && &out[0] != &d[0] {
+		copy(d, out) // decoded elsewhere (cannot happen with PlainLen bytes of room)
+	}
+	return err
 }
 
 // readSealed reads the n bytes of key at off. With scratch set, it reads
@@ -955,18 +970,13 @@ func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, wa
 	// start.
 	wait := context.WithoutCancel(ctx)
 	for _, g := range runGroups(ps, have) {
-		frames, release, err := r.sealedFramesFrom(wait, ps, g, func(g []int) ([]byte, [][]byte, bool, error) {
-			start, end := int64(ps[g[0]].Offset), int64(ps[g[len(g)-1]].End())
-			buf, data, pooled := r.readDiskSpan(ps[g[0]].Segment, start, int(end-start))
+		frames, release, err := r.sealedFramesFrom(wait, ps, g, true, func(g []int) ([]byte, [][]byte, bool, error) {
+			start, end := ps[g[0]].Offset, ps[g[len(g)-1]].End()
+			buf, data, pooled := r.readDiskSpan(ps[g[0]].Segment, int64(start), int(end-uint64(start)))
 			if data == nil {
 				return nil, nil, false, errNotCached
 			}
-			out := make([][]byte, len(g))
-			for j, i := range g {
-				a, b := int64(ps[i].Offset)-start, int64(ps[i].End())-start
-				out[j] = data[a:b:b]
-			}
-			return buf, out, pooled, nil
+			return buf, frameSlices(ps, g, uint64(start), data), pooled, nil
 		})
 		if err != nil {
 			continue // unreadable now: from the store
@@ -974,12 +984,7 @@ func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, wa
 		ok := make([]bool, len(g))
 		r.decodeEach(len(g), workers, func(o *keys.Opener, j int) {
 			i := g[j]
-			d := dst[i]
-			out, err := decodeFrameWith(d[:0:len(d)], r.k, o, ids[i], frames[j], len(d))
-			if err == nil && len(out) > 0 && &out[0] != &d[0] {
-				copy(d, out) // decoded elsewhere (cannot happen with PlainLen bytes of room)
-			}
-			ok[j] = err == nil
+			ok[j] = r.openTo(o, ids[i], frames[j], dst[i]) == nil
 		})
 		release()
 		n := 0
@@ -1047,12 +1052,8 @@ func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g
 	errs := make([]error, len(g))
 	r.decodeEach(len(g), workers, func(o *keys.Opener, j int) {
 		i := g[j]
-		d := dst[i]
-		out, err := decodeFrameWith(d[:0:len(d)], r.k, o, ids[i], frames[j], len(d))
-		if err != nil {
+		if err := r.openTo(o, ids[i], frames[j], dst[i]); err != nil {
 			errs[j] = r.reportCorrupt(ps[i], "", err)
-		} else if len(out) > 0 && &out[0] != &d[0] {
-			copy(d, out) // decoded elsewhere (cannot happen with PlainLen bytes of room)
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
