@@ -2,6 +2,7 @@ package segment
 
 import (
 	"bytes"
+	"cmp"
 	"container/list"
 	"encoding/binary"
 	"errors"
@@ -96,6 +97,13 @@ type diskCache struct {
 	ovMu          sync.Mutex
 	overflow      []diskPut
 	overflowBytes int64
+
+	// pend holds, under mu, the runs of frames queued or in the overflow,
+	// by segment, until the writer has written them (or given up on
+	// them): reads find them there meanwhile (present, readSpan, get). A
+	// repack output's frames, or those just uploaded, were read from the
+	// store until the writer got to them.
+	pend map[uint64][]*diskRun
 }
 
 // diskSeg is one segment's file in the cache.
@@ -108,10 +116,8 @@ type diskSeg struct {
 }
 
 type diskPut struct {
-	p     Pointer
-	frame []byte
-	// Or runs of adjacent frames (admit), holding cost bytes of memory;
-	// release, if set, is called once they are written (or dropped).
+	// Runs of adjacent frames, holding cost bytes of memory; release, if
+	// set, is called once they are written (or dropped).
 	runs    []diskRun
 	cost    int64
 	release func()
@@ -270,7 +276,7 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), files: list.New(), segs: map[uint64]*diskSeg{},
-		q: make(chan diskPut, diskQueue), done: make(chan struct{}),
+		q: make(chan diskPut, diskQueue), done: make(chan struct{}), pend: map[uint64][]*diskRun{},
 		statfs: statfsDir, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
 	type found struct {
 		es  []diskEntry
@@ -397,17 +403,13 @@ func (c *diskCache) writer() {
 				c.putOverflow()
 				return
 			}
-			switch {
-			case it.ack != nil:
+			if it.ack != nil {
 				c.putOverflow()
 				close(it.ack)
-			case it.runs != nil:
+			} else {
 				c.putRuns(it.runs)
 				c.queued.Add(-it.cost)
 				it.done()
-			default:
-				c.putRun(it.p.Segment, []diskEntry{{seg: it.p.Segment, off: it.p.Offset, length: it.p.Length}}, it.frame)
-				c.queued.Add(-int64(len(it.frame)))
 			}
 			c.putOverflow()
 		case <-tick.C:
@@ -442,11 +444,78 @@ func (it diskPut) done() {
 	}
 }
 
-// putRuns writes runs, each with one write.
+// putRuns writes runs, each with one write, and takes each out of pend
+// once it is written (or left out).
 func (c *diskCache) putRuns(runs []diskRun) {
-	for _, r := range runs {
+	for k := range runs {
+		r := &runs[k]
 		c.putRun(r.seg, r.es, r.b)
+		c.mu.Lock()
+		c.unpendLocked(r)
+		c.mu.Unlock()
 	}
+}
+
+// pendLocked makes the runs of it readable (pend) until the writer has
+// written them; place calls it before queueing it, so that the writer
+// never finds a run not yet there.
+func (c *diskCache) pendLocked(it diskPut) {
+	for k := range it.runs {
+		r := &it.runs[k]
+		c.pend[r.seg] = append(c.pend[r.seg], r)
+	}
+}
+
+// unpendLocked takes r out of pend; its bytes are not read after this.
+func (c *diskCache) unpendLocked(r *diskRun) {
+	rs := c.pend[r.seg]
+	for k, x := range rs {
+		if x == r {
+			rs = append(rs[:k], rs[k+1:]...)
+			break
+		}
+	}
+	if len(rs) == 0 {
+		delete(c.pend, r.seg)
+	} else {
+		c.pend[r.seg] = rs
+	}
+}
+
+// pendingLocked reports whether a queued run holds the frame p.
+func (c *diskCache) pendingLocked(p Pointer) bool {
+	for _, r := range c.pend[p.Segment] {
+		k, ok := sort.Find(len(r.es), func(k int) int { return cmp.Compare(p.Offset, r.es[k].off) })
+		if ok && r.es[k].length == p.Length {
+			return true
+		}
+	}
+	return false
+}
+
+// pendSpanLocked returns the queued run whose bytes hold [off, off+n) of
+// segment seg, if one does, and whether any queued run overlaps them.
+func (c *diskCache) pendSpanLocked(seg uint64, off int64, n int) (in *diskRun, overlap bool) {
+	for _, r := range c.pend[seg] {
+		start := int64(r.es[0].off)
+		end := start + int64(len(r.b))
+		if off < end && off+int64(n) > start {
+			overlap = true
+			if off >= start && off+int64(n) <= end {
+				return r, true
+			}
+		}
+	}
+	return nil, overlap
+}
+
+// copyPendLocked copies [off, off+n) of the queued run r into buf (a new
+// buffer if it is too short) and returns the copy.
+func copyPendLocked(r *diskRun, off int64, n int, buf []byte) []byte {
+	if len(buf) < n {
+		buf = make([]byte, n)
+	}
+	return buf[:copy(buf[:n], r.b[off-int64(r.es[0].off):])]
 }
 
 // watch gives space back when the filesystem has less than the reserve
@@ -676,6 +745,12 @@ func (c *diskCache) closeFileLocked(s *diskSeg) {
 func (c *diskCache) get(p Pointer) ([]byte, bool) {
 	for try := 0; try < 2; try++ {
 		c.mu.Lock()
+		if c.pendingLocked(p) {
+			r, _ := c.pendSpanLocked(p.Segment, int64(p.Offset), int(p.Length))
+			b := copyPendLocked(r, int64(p.Offset), int(p.Length), nil)
+			c.mu.Unlock()
+			return b, true
+		}
 		var el *list.Element
 		s := c.segs[p.Segment]
 		if s != nil {
@@ -711,19 +786,21 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 }
 
 // present returns those of the frames ps[i], i in idx, that the cache
-// holds, refreshing them.
+// holds or has queued, refreshing the ones it holds.
 func (c *diskCache) present(ps []Pointer, idx []int) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var have []int
 	for _, i := range idx {
 		p := ps[i]
-		s := c.segs[p.Segment]
-		if s == nil {
-			continue
+		if s := c.segs[p.Segment]; s != nil {
+			if el, ok := s.frames[p.Offset]; ok && el.Value.(*diskEntry).length == p.Length {
+				c.lru.MoveToFront(el)
+				have = append(have, i)
+				continue
+			}
 		}
-		if el, ok := s.frames[p.Offset]; ok && el.Value.(*diskEntry).length == p.Length {
-			c.lru.MoveToFront(el)
+		if c.pendingLocked(p) {
 			have = append(have, i)
 		}
 	}
@@ -737,10 +814,20 @@ var errNotCached = errors.New("segment not in the disk cache")
 // buffer of its own; past the page cache where it can: readSpanFile),
 // with one read: the frames a span holds and the gaps between them. It
 // returns the slice holding them; fewer bytes (the file ends) are
-// returned as they are.
+// returned as they are. A span within a queued run is copied out of it;
+// one that only overlaps queued runs is not read (errNotCached): the
+// file lacks some of its bytes until the writer gets to them.
 func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, error) {
 	for try := 0; ; try++ {
 		c.mu.Lock()
+		if r, overlap := c.pendSpanLocked(seg, off, n); r != nil {
+			b := copyPendLocked(r, off, n, buf)
+			c.mu.Unlock()
+			return b, nil
+		} else if overlap {
+			c.mu.Unlock()
+			return nil, errNotCached
+		}
 		s := c.segs[seg]
 		if s == nil {
 			c.mu.Unlock()
@@ -787,7 +874,10 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
 		return
 	}
-	c.enqueue(diskPut{p: p, frame: frame}, int64(len(frame)))
+	run := diskRun{seg: p.Segment, es: []diskEntry{{seg: p.Segment, off: p.Offset, length: p.Length}}, b: frame}
+	if !c.enqueue(diskPut{runs: []diskRun{run}, cost: int64(len(frame))}) {
+		c.skipped.Add(int64(len(frame)))
+	}
 }
 
 // admit queues the frames ps of the object obj (as uploaded or as
@@ -878,20 +968,35 @@ func copyRuns(runs []diskRun, budget int64) diskPut {
 // place queues it, or puts it in the overflow when the queue has no room
 // for it, and reports whether either took it.
 func (c *diskCache) place(it diskPut) bool {
-	if c.enqueue(it, it.cost) {
+	if c.enqueue(it) {
 		return true
 	}
+	c.mu.Lock()
+	c.pendLocked(it)
+	c.mu.Unlock()
 	// closeMu keeps a put from joining the overflow after close drained it.
 	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
 	c.ovMu.Lock()
-	defer c.ovMu.Unlock()
-	if c.closed || c.overflowBytes+it.cost > diskOverflowBytes {
-		return false
+	ok := !c.closed && c.overflowBytes+it.cost <= diskOverflowBytes
+	if ok {
+		c.overflow = append(c.overflow, it)
+		c.overflowBytes += it.cost
 	}
-	c.overflow = append(c.overflow, it)
-	c.overflowBytes += it.cost
-	return true
+	c.ovMu.Unlock()
+	c.closeMu.Unlock()
+	if !ok {
+		c.unpend(it)
+	}
+	return ok
+}
+
+// unpend takes the runs of it, which was not queued, out of pend.
+func (c *diskCache) unpend(it diskPut) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range it.runs {
+		c.unpendLocked(&it.runs[k])
+	}
 }
 
 // room is the most that a put could hold and still be placed now.
@@ -910,26 +1015,27 @@ func runBytes(runs []diskRun) int64 {
 	return n
 }
 
-// enqueue queues it, which holds n bytes of memory, unless the queue is
-// full, and reports whether it did.
-func (c *diskCache) enqueue(it diskPut, n int64) bool {
+// enqueue queues it unless the queue is full (by count, or by the
+// it.cost bytes of memory it would hold), and reports whether it did; its
+// runs are in pend from just before they are queued until they are
+// written.
+func (c *diskCache) enqueue(it diskPut) bool {
 	c.closeMu.Lock()
 	defer c.closeMu.Unlock()
-	if c.closed {
+	if c.closed || c.queued.Load()+it.cost > diskQueueBytes {
 		return false
 	}
-	if c.queued.Load()+n <= diskQueueBytes {
-		select {
-		case c.q <- it:
-			c.queued.Add(n)
-			return true
-		default:
-		}
+	c.mu.Lock()
+	c.pendLocked(it)
+	c.mu.Unlock()
+	select {
+	case c.q <- it:
+		c.queued.Add(it.cost)
+		return true
+	default:
+		c.unpend(it)
+		return false
 	}
-	if it.runs == nil { // admit counts what it leaves out itself
-		c.skipped.Add(n)
-	}
-	return false
 }
 
 // putRun stores the adjacent frames es of segment seg, whose bytes are b

@@ -733,3 +733,78 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 		}
 	}
 }
+
+// TestQueuedFramesRead: frames waiting for the disk cache's writer (an
+// uploaded object admitted, a frame fetched and put) are read out of the
+// queue, whole, as a stream or in part, with no store request, and the
+// object is released only once they are written. Without this, a repack
+// output's frames, or those just uploaded, were read from the store
+// until the writer got to them. A span over several queued runs is read
+// from the store and not taken for a damaged entry.
+func TestQueuedFramesRead(t *testing.T) {
+	f, r, free := heldWriter(t, 8, 7) // frame 7's put is being written, held
+	ctx := context.Background()
+	var released atomic.Int32
+	r.Admit(f.data, f.ps[:6], func() { released.Add(1) })
+	f.cs.reset()
+	check := func(what string, i int, got []byte, err error) {
+		t.Helper()
+		if err != nil || !bytes.Equal(got, f.plains[i]) {
+			t.Fatalf("%s of queued frame %d: %v", what, i, err)
+		}
+	}
+	for _, i := range []int{0, 3, 5, 7} {
+		got, err := r.Read(ctx, f.ids[i], f.ps[i])
+		check("Read", i, got, err)
+	}
+	stream := func(from, to int) {
+		t.Helper()
+		dst := make([][]byte, to-from)
+		for j := range dst {
+			dst[j] = make([]byte, f.ps[from+j].PlainLen)
+		}
+		err := r.ReadRunTo(ctx, f.ids[from:to], f.ps[from:to], dst)
+		for j := range dst {
+			check("ReadRunTo", from+j, dst[j], err)
+		}
+	}
+	stream(0, 6)
+	part, err := r.ReadPart(ctx, f.ids[2], f.ps[2], 100, 5000)
+	if err != nil || !bytes.Equal(part, f.plains[2][100:5000]) {
+		t.Fatalf("ReadPart of a queued frame: %v", err)
+	}
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for queued frames, want 0", n)
+	}
+	if n := released.Load(); n != 0 {
+		t.Fatal("the admitted object was released before its frames were written")
+	}
+
+	// Frame 6 queued on its own: frames 5-7 lie in three queued runs, so
+	// their span is read from the store.
+	r.disk.put(f.ps[6], f.data[f.ps[6].Offset:f.ps[6].End()])
+	stream(5, 8)
+	if f.cs.total() == 0 {
+		t.Fatal("a span over three queued runs was read without the store")
+	}
+
+	free()
+	r.disk.sync()
+	if n := released.Load(); n != 1 {
+		t.Fatalf("the admitted object was released %d times once written, want 1", n)
+	}
+	r.disk.mu.Lock()
+	pending := len(r.disk.pend)
+	r.disk.mu.Unlock()
+	if pending != 0 {
+		t.Fatalf("%d segments still have queued runs after sync", pending)
+	}
+	f.cs.reset()
+	stream(0, 8)
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for frames written to the disk cache, want 0", n)
+	}
+	if n := r.Stats().DiskCorrupt; n != 0 {
+		t.Fatalf("%d damaged entries counted, want 0", n)
+	}
+}
