@@ -72,8 +72,9 @@ type aheadTable struct {
 // that spans held already cover. It returns when they are read; errors
 // are left to the readers, which then read the frames themselves. A
 // reader with a disk cache reads ahead here only a run that the cache
-// holds whole, from the cache, and reports whether it did: any other is
-// for Fetch, which fetches it from the store into both caches.
+// holds whole, from the cache (or its queue), and reports whether it
+// did: any other is for Fetch, which fetches it from the store into both
+// caches.
 func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 	if len(ps) == 0 || r.checkRun(ps) != nil {
 		return false
@@ -130,7 +131,9 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 	}
 	t.freeLocked(sp, &r.bufs)
 	t.mu.Unlock()
-	return true
+	// A run the disk cache could not give whole after all (evicted, or
+	// its file unreadable) is for Fetch.
+	return r.disk == nil || data != nil
 }
 
 // readDiskSpan reads the n sealed bytes at off of segment seg from the

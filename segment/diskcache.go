@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -469,11 +470,8 @@ func (c *diskCache) pendLocked(it diskPut) {
 // unpendLocked takes r out of pend; its bytes are not read after this.
 func (c *diskCache) unpendLocked(r *diskRun) {
 	rs := c.pend[r.seg]
-	for k, x := range rs {
-		if x == r {
-			rs = append(rs[:k], rs[k+1:]...)
-			break
-		}
+	if k := slices.Index(rs, r); k >= 0 {
+		rs = slices.Delete(rs, k, k+1)
 	}
 	if len(rs) == 0 {
 		delete(c.pend, r.seg)
@@ -483,39 +481,72 @@ func (c *diskCache) unpendLocked(r *diskRun) {
 }
 
 // pendingLocked reports whether a queued run holds the frame p.
-func (c *diskCache) pendingLocked(p Pointer) bool {
+func (c *diskCache) pendingLocked(p Pointer) bool { return c.pendFrameLocked(p) != nil }
+
+// pendFrameLocked returns the queued run that holds the frame p, or nil.
+func (c *diskCache) pendFrameLocked(p Pointer) *diskRun {
 	for _, r := range c.pend[p.Segment] {
 		k, ok := sort.Find(len(r.es), func(k int) int { return cmp.Compare(p.Offset, r.es[k].off) })
 		if ok && r.es[k].length == p.Length {
-			return true
+			return r
 		}
 	}
-	return false
+	return nil
 }
 
-// pendSpanLocked returns the queued run whose bytes hold [off, off+n) of
-// segment seg, if one does, and whether any queued run overlaps them.
-func (c *diskCache) pendSpanLocked(seg uint64, off int64, n int) (in *diskRun, overlap bool) {
+// readPendLocked is readSpan's reading of a span that queued runs
+// overlap, called with c.mu held, which it releases: their bytes are
+// copied out of them, and the rest of the span (frames written before,
+// or since present found them queued: a run leaves pend only once
+// written) is read from the segment's file; the gaps between frames that
+// neither holds are left zero. ok is false when no queued run overlaps
+// the span (c.mu still held then).
+func (c *diskCache) readPendLocked(seg uint64, off int64, n int, buf []byte) (b []byte, ok bool, err error) {
+	type span struct{ from, to int64 } // relative to off
+	var have []span
 	for _, r := range c.pend[seg] {
 		start := int64(r.es[0].off)
-		end := start + int64(len(r.b))
-		if off < end && off+int64(n) > start {
-			overlap = true
-			if off >= start && off+int64(n) <= end {
-				return r, true
-			}
+		from, to := max(start, off), min(start+int64(len(r.b)), off+int64(n))
+		if from >= to {
+			continue
 		}
+		if b == nil {
+			if len(buf) < n {
+				buf = make([]byte, n)
+			}
+			b = buf[:n]
+		}
+		copy(b[from-off:to-off], r.b[from-start:])
+		have = append(have, span{from - off, to - off})
 	}
-	return nil, overlap
-}
-
-// copyPendLocked copies [off, off+n) of the queued run r into buf (a new
-// buffer if it is too short) and returns the copy.
-func copyPendLocked(r *diskRun, off int64, n int, buf []byte) []byte {
-	if len(buf) < n {
-		buf = make([]byte, n)
+	if b == nil {
+		return nil, false, nil
 	}
-	return buf[:copy(buf[:n], r.b[off-int64(r.es[0].off):])]
+	sort.Slice(have, func(i, j int) bool { return have[i].from < have[j].from })
+	var f *os.File
+	if s := c.segs[seg]; s != nil {
+		f, _, err = c.fileLocked(s)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return nil, true, err
+	}
+	at := int64(0)
+	for _, h := range append(have, span{int64(n), int64(n)}) {
+		if h.from > at {
+			got := []byte(nil)
+			if f != nil {
+				if got, err = readAt(f, off+at, b[at:h.from]); err != nil {
+					// Closed under us (diskOpenFiles), or unreadable:
+					// the caller goes to the store.
+					return nil, true, errNotCached
+				}
+			}
+			clear(b[at+int64(len(got)) : h.from])
+		}
+		at = max(at, h.to)
+	}
+	return b, true, nil
 }
 
 // watch gives space back when the filesystem has less than the reserve
@@ -745,9 +776,8 @@ func (c *diskCache) closeFileLocked(s *diskSeg) {
 func (c *diskCache) get(p Pointer) ([]byte, bool) {
 	for try := 0; try < 2; try++ {
 		c.mu.Lock()
-		if c.pendingLocked(p) {
-			r, _ := c.pendSpanLocked(p.Segment, int64(p.Offset), int(p.Length))
-			b := copyPendLocked(r, int64(p.Offset), int(p.Length), nil)
+		if r := c.pendFrameLocked(p); r != nil {
+			b := bytes.Clone(r.b[p.Offset-r.es[0].off:][:p.Length])
 			c.mu.Unlock()
 			return b, true
 		}
@@ -814,19 +844,13 @@ var errNotCached = errors.New("segment not in the disk cache")
 // buffer of its own; past the page cache where it can: readSpanFile),
 // with one read: the frames a span holds and the gaps between them. It
 // returns the slice holding them; fewer bytes (the file ends) are
-// returned as they are. A span within a queued run is copied out of it;
-// one that only overlaps queued runs is not read (errNotCached): the
-// file lacks some of its bytes until the writer gets to them.
+// returned as they are. What queued runs hold of the span is copied out
+// of them (readPendLocked).
 func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, error) {
 	for try := 0; ; try++ {
 		c.mu.Lock()
-		if r, overlap := c.pendSpanLocked(seg, off, n); r != nil {
-			b := copyPendLocked(r, off, n, buf)
-			c.mu.Unlock()
-			return b, nil
-		} else if overlap {
-			c.mu.Unlock()
-			return nil, errNotCached
+		if b, ok, err := c.readPendLocked(seg, off, n, buf); ok {
+			return b, err
 		}
 		s := c.segs[seg]
 		if s == nil {

@@ -780,12 +780,12 @@ func TestQueuedFramesRead(t *testing.T) {
 		t.Fatal("the admitted object was released before its frames were written")
 	}
 
-	// Frame 6 queued on its own: frames 5-7 lie in three queued runs, so
-	// their span is read from the store.
+	// Frame 6 queued on its own: frames 5-7 lie in three queued runs,
+	// read as one span.
 	r.disk.put(f.ps[6], f.data[f.ps[6].Offset:f.ps[6].End()])
 	stream(5, 8)
-	if f.cs.total() == 0 {
-		t.Fatal("a span over three queued runs was read without the store")
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for a span over three queued runs, want 0", n)
 	}
 
 	free()
@@ -804,6 +804,43 @@ func TestQueuedFramesRead(t *testing.T) {
 	if n := f.cs.total(); n != 0 {
 		t.Fatalf("%d store requests for frames written to the disk cache, want 0", n)
 	}
+
+	// Frames 4-5 evicted (their bytes punched out of the file) and queued
+	// again: a span over written and queued frames takes each from where
+	// it is, read ahead or read.
+	c := r.disk
+	for _, i := range []int{4, 5} {
+		c.mu.Lock()
+		c.removeLocked(c.segs[f.segID].frames[f.ps[i].Offset], true)
+		c.mu.Unlock()
+	}
+	again := diskPut{runs: []diskRun{{seg: f.segID, b: f.data[f.ps[4].Offset:f.ps[5].End()],
+		es: []diskEntry{{f.segID, f.ps[4].Offset, f.ps[4].Length}, {f.segID, f.ps[5].Offset, f.ps[5].Length}}}}}
+	c.mu.Lock()
+	c.pendLocked(again)
+	c.mu.Unlock()
+	if !r.ReadAhead(ctx, f.ps) {
+		t.Fatal("ReadAhead left a run of written and queued frames to Fetch")
+	}
+	r.ahead.mu.Lock()
+	read := len(r.ahead.spans) == 1 && r.ahead.spans[0].data != nil
+	r.ahead.mu.Unlock()
+	if !read {
+		t.Fatal("ReadAhead holds no span of the written and queued frames")
+	}
+	stream(0, 8)
+	r.ahead.mu.Lock()
+	for len(r.ahead.spans) > 0 { // the next stream reads the cache itself
+		sp := r.ahead.spans[0]
+		r.ahead.removeLocked(sp)
+		r.ahead.freeLocked(sp, &r.bufs)
+	}
+	r.ahead.mu.Unlock()
+	stream(0, 8)
+	if n := f.cs.total(); n != 0 {
+		t.Fatalf("%d store requests for a span over written and queued frames, want 0", n)
+	}
+	c.unpend(again)
 	if n := r.Stats().DiskCorrupt; n != 0 {
 		t.Fatalf("%d damaged entries counted, want 0", n)
 	}
