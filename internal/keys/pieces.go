@@ -58,7 +58,8 @@ func (s *Sealer) SealTo(dst, aad, plain []byte) []byte {
 
 // Opener opens messages as AEAD.OpenTo does, keeping the XAES-256-GCM key
 // derived for the last nonce prefix it saw: the pieces of one group
-// (sealed by one Sealer) then cost one derivation.
+// (sealed by one Sealer) then cost one derivation, and the AEAD keeps the
+// last few thousand derived (gcmCache) for the Openers to come.
 type Opener struct {
 	a      *AEAD
 	prefix [sharedNonce]byte
@@ -77,7 +78,7 @@ func (o *Opener) OpenTo(dst, aad, sealed []byte) ([]byte, error) {
 		return nil, ErrAuth
 	}
 	if o.gcm == nil || !bytes.Equal(o.prefix[:], sealed[:sharedNonce]) {
-		o.gcm = o.a.xaes.gcm(sealed[:NonceSize])
+		o.gcm = o.a.xaes.gcmFor(sealed[:NonceSize])
 		copy(o.prefix[:], sealed[:sharedNonce])
 	}
 	out, err := o.gcm.Open(dst, sealed[sharedNonce:NonceSize], sealed[NonceSize:], aad)

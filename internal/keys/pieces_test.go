@@ -87,3 +87,51 @@ func flip(b []byte, i int) []byte {
 	c[i] ^= 1
 	return c
 }
+
+// TestOpenersShareDerivedKeys: a new Opener (one per read) finds the
+// AES-GCM instance of a group another Opener derived, so a random read of
+// one piece does not derive its group's key again; the kept instances are
+// bounded, oldest out first, and a group whose instance was let go still
+// opens.
+func TestOpenersShareDerivedKeys(t *testing.T) {
+	a, err := NewAEADCipher(bytes.Repeat([]byte{0x33}, 32), CipherXAES256GCM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seal := func() []byte {
+		s := a.NewSealer()
+		return s.SealTo(nil, []byte("aad"), []byte("piece"))
+	}
+	open := func(sealed []byte) *Opener {
+		t.Helper()
+		o := a.NewOpener()
+		if got, err := o.OpenTo(nil, []byte("aad"), sealed); err != nil || string(got) != "piece" {
+			t.Fatalf("open: %q, %v", got, err)
+		}
+		return &o
+	}
+	first := seal()
+	if g1, g2 := open(first).gcm, open(first).gcm; g1 != g2 {
+		t.Fatal("a second Opener derived the group's AES-GCM instance again")
+	}
+	for range gcmCacheSize {
+		open(seal())
+	}
+	c := &a.xaes.opened
+	c.mu.Lock()
+	n := len(c.m)
+	var p [sharedNonce]byte
+	copy(p[:], first)
+	_, kept := c.m[p]
+	c.mu.Unlock()
+	if n != gcmCacheSize || kept {
+		t.Fatalf("%d instances kept (want %d), the oldest among them: %v", n, gcmCacheSize, kept)
+	}
+	open(first)
+	bad := append([]byte(nil), first...)
+	bad[len(bad)-1] ^= 1
+	o := a.NewOpener()
+	if _, err := o.OpenTo(nil, []byte("aad"), bad); !errors.Is(err, ErrAuth) {
+		t.Fatalf("a damaged piece opened with a kept instance: %v", err)
+	}
+}
