@@ -872,15 +872,19 @@ func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, 
 }
 
 // drop removes an entry found damaged.
-func (c *diskCache) drop(p Pointer, why string) {
+// It reports whether the cache held one: a frame evicted, or given up by
+// the writer, after present found it reads as a hole, which is no damage.
+func (c *diskCache) drop(p Pointer, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.segs[p.Segment]; s != nil {
 		if el, ok := s.frames[p.Offset]; ok {
 			c.log.Warn("segment cache: dropping damaged entry", "file", c.dataPath(p.Segment), "offset", p.Offset, "reason", why)
 			c.removeLocked(el, true)
+			return true
 		}
 	}
+	return false
 }
 
 // put queues a copy of an encrypted frame for the disk cache without

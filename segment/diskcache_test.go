@@ -845,3 +845,77 @@ func TestQueuedFramesRead(t *testing.T) {
 		t.Fatalf("%d damaged entries counted, want 0", n)
 	}
 }
+
+// TestEvictedMeanwhileIsNoDamage: a frame the disk cache held when the
+// read looked, but evicted before its bytes were read (they read as a
+// hole), is a miss read from the store, not a damaged entry; a frame
+// damaged on the disk still counts as one.
+func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
+	f := newFixture(t, 4)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
+	f.readAll(t, r, 0, 1, 2, 3) // all four on the disk
+	c := r.disk
+	// The next read of the cache's file first evicts frames 0 and 1
+	// (punched out; 2 and 3 keep the file).
+	var evict atomic.Bool
+	setDisk(r, func(c *diskCache) {
+		c.readFrame = func(file *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
+			if evict.Swap(false) {
+				c.mu.Lock()
+				for _, i := range []int{0, 1} {
+					if el, ok := c.segs[f.segID].frames[f.ps[i].Offset]; ok {
+						c.removeLocked(el, true)
+					}
+				}
+				c.mu.Unlock()
+			}
+			return readSpanFile(file, df, off, n, buf)
+		}
+	})
+	check := func(what string, i int, got []byte, err error) {
+		t.Helper()
+		if err != nil || !bytes.Equal(got, f.plains[i]) {
+			t.Fatalf("%s of frame %d: %v", what, i, err)
+		}
+	}
+	evict.Store(true)
+	got, err := r.Read(ctx, f.ids[0], f.ps[0])
+	check("Read", 0, got, err)
+	f.readAll(t, r, 0, 1) // cached again from the store
+	evict.Store(true)
+	dst := make([][]byte, 4)
+	for i := range dst {
+		dst[i] = make([]byte, f.ps[i].PlainLen)
+	}
+	err = r.ReadRunTo(ctx, f.ids, f.ps, dst)
+	for i := range dst {
+		check("ReadRunTo", i, dst[i], err)
+	}
+	if st := r.Stats(); st.DiskCorrupt != 0 || st.Misses == 0 {
+		t.Fatalf("%d damaged entries counted and %d misses for frames evicted during their reads, want 0 and some", st.DiskCorrupt, st.Misses)
+	}
+
+	// Real damage: a byte of frame 2 flipped in the cache's file.
+	r.disk.sync()
+	path := c.dataPath(f.segID)
+	file, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	at := int64(f.ps[2].Offset) + int64(f.ps[2].Length)/2
+	if _, err := file.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := file.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	file.Close()
+	got, err = r.Read(ctx, f.ids[2], f.ps[2])
+	check("Read of a damaged entry", 2, got, err)
+	if n := r.Stats().DiskCorrupt; n != 1 {
+		t.Fatalf("%d damaged entries counted, want 1", n)
+	}
+}

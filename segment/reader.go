@@ -342,8 +342,7 @@ func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 			}
 			// A damaged cache file (or a pointer for another id): drop it
 			// and fetch from the store, which has the last word.
-			r.diskCorrupt.Add(1)
-			r.disk.drop(p, err.Error())
+			r.diskDamaged(p, err.Error())
 		}
 	}
 	return nil, false, nil
@@ -478,9 +477,8 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 				r.diskHits.Add(1)
 				return part(plain, skip, skip+to-from), nil
 			}
-			r.diskCorrupt.Add(1)
-		}
-		if !errors.Is(err, errNotCached) {
+			r.diskDamaged(p, "piece read: "+err.Error())
+		} else if !errors.Is(err, errNotCached) {
 			r.disk.drop(p, "piece read: "+err.Error())
 		}
 		return whole()
@@ -992,8 +990,7 @@ func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, wa
 			if !ok[j] {
 				// A damaged cache entry (or a pointer for another id):
 				// drop it; the store has the last word.
-				r.diskCorrupt.Add(1)
-				r.disk.drop(ps[i], "failed authentication")
+				r.diskDamaged(ps[i], "failed authentication")
 				continue
 			}
 			done[i] = true
@@ -1063,6 +1060,16 @@ func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g
 	return nil
 }
 
+// diskDamaged drops the disk cache's entry of the frame p, which failed
+// authentication, and counts it as damaged if there was one. There may be
+// none: an entry evicted (or a queued frame the writer gave up on) after
+// present found it was read as a hole, which is a plain miss.
+func (r *Reader) diskDamaged(p Pointer, why string) {
+	if r.disk.drop(p, why) {
+		r.diskCorrupt.Add(1)
+	}
+}
+
 // readDiskRuns reads the frames ps[i], i in want, that the disk cache
 // holds: each run of them with one read of its span, authenticated and
 // decrypted on every core (openRun), then cached in memory as one run (as
@@ -1109,8 +1116,7 @@ func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]b
 			if errs[j] != nil {
 				// A damaged cache entry (or a pointer for another id):
 				// drop it; the store has the last word.
-				r.diskCorrupt.Add(1)
-				r.disk.drop(ps[i], errs[j].Error())
+				r.diskDamaged(ps[i], errs[j].Error())
 				continue
 			}
 			out[i], done[i] = plains[j], true
