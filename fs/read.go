@@ -163,8 +163,9 @@ func (e *Engine) replicaRead(ctx context.Context, ino uint64, p []byte, off int6
 // without copying them into one (FUSE's vectored replies). It returns
 // the bytes read as slices, in order, n in all: slices of p, and
 // plaintexts the segment reader lends until release is called, which the
-// caller must do once the reply is sent (release may be nil). Only the
-// writer lends; a replica's read is Read's.
+// caller must do once the reply is sent (release may be nil; the bytes of
+// p under a lent slice are then not written). Only the writer lends; a
+// replica's read is Read's.
 func (e *Engine) ReadVec(ctx context.Context, ino uint64, p []byte, off int64) (vecs [][]byte, release func(), n int, err error) {
 	if e.opts.ReadOnly {
 		n, err = e.Read(ctx, ino, p, off)
@@ -441,8 +442,9 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 	// it either: the store's reads cost no request, and the kernel keeps
 	// the small ones in its page cache.) Behind a remote store, the
 	// same goes for frames the disk cache holds; the others are fetched
-	// into the caches (by the cache-only attempt's misses, or by the
-	// reader) and copied.
+	// into the caches (ahead, by the cache-only attempt's misses, or by
+	// the reader) and lent to a vectored reply (copied into p for any
+	// other).
 	stream := e.local || e.rd.HasDiskCache()
 	streamable := func(idxs []uint64, ptrs []segment.Pointer) bool {
 		for i, idx := range idxs {
@@ -459,7 +461,16 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 			at := int64(idx)*es - off
 			dsts[i] = p[at : at+int64(runPtrs[i].PlainLen)]
 		}
-		err := e.rd.ReadRunTo(ctx, runIDs, runPtrs, dsts)
+		// With vec, what the memory cache holds (fetched ahead behind a
+		// remote store) is lent to the reply rather than copied.
+		var lent [][]byte
+		var loan *segment.Loan
+		var err error
+		if vec != nil {
+			lent, loan, err = e.rd.ReadRunToLent(ctx, runIDs, runPtrs, dsts)
+		} else {
+			err = e.rd.ReadRunTo(ctx, runIDs, runPtrs, dsts)
+		}
 		if misses != nil && missed(ctx, err) {
 			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
 			return nil
@@ -467,13 +478,27 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		if err != nil {
 			return err
 		}
+		borrowed := false
 		for i, idx := range runIdx {
 			start := int64(idx) * es
 			region := p[start-off : min(start+es, off+int64(len(p)))-off]
 			clear(region[runPtrs[i].PlainLen:]) // zeroes past the stored bytes
-			if vec != nil {
+			switch {
+			case vec == nil:
+			case lent[i] != nil:
+				borrowed = true
+				vec.vecs = append(vec.vecs, lent[i])
+				if tail := region[runPtrs[i].PlainLen:]; len(tail) > 0 {
+					vec.vecs = append(vec.vecs, tail)
+				}
+			default:
 				vec.vecs = append(vec.vecs, region)
 			}
+		}
+		if borrowed {
+			vec.loans = append(vec.loans, loan) // until the reply is sent
+		} else {
+			loan.Release()
 		}
 		return nil
 	}

@@ -919,3 +919,58 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 		t.Fatalf("%d damaged entries counted, want 1", n)
 	}
 }
+
+// TestReadRunToLent: a stream's frames the memory cache holds, and those
+// read into it from the store, are lent (not copied into the caller's
+// buffers); those the disk cache holds are decrypted into them; ReadRunTo
+// copies all of them.
+func TestReadRunToLent(t *testing.T) {
+	f := newFixture(t, 6)
+	ctx := context.Background()
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
+	// 0-1 in memory, 2-3 on disk only, 4-5 in neither cache.
+	if _, err := r.ReadRun(ctx, f.ids[:4], f.ps[:4]); err != nil {
+		t.Fatal(err)
+	}
+	r.disk.sync()
+	r.Drop(f.ps[2])
+	r.Drop(f.ps[3])
+	bufs := func() [][]byte {
+		dst := make([][]byte, len(f.ps))
+		for i := range dst {
+			dst[i] = make([]byte, f.ps[i].PlainLen)
+		}
+		return dst
+	}
+	dst := bufs()
+	f.cs.reset()
+	lent, loan, err := r.ReadRunToLent(ctx, f.ids, f.ps, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range f.ps {
+		got, wantLent := dst[i], i != 2 && i != 3
+		if wantLent {
+			got = lent[i]
+			if !bytes.Equal(dst[i], make([]byte, len(dst[i]))) {
+				t.Fatalf("frame %d was lent and also copied into the buffer", i)
+			}
+		}
+		if (lent[i] != nil) != wantLent || !bytes.Equal(got, f.plains[i]) {
+			t.Fatalf("frame %d: lent %v (want %v), right bytes %v", i, lent[i] != nil, wantLent, bytes.Equal(got, f.plains[i]))
+		}
+	}
+	loan.Release()
+	if n := f.cs.total(); n != 1 {
+		t.Fatalf("%d store requests, want 1 (frames 4-5)", n)
+	}
+	dst = bufs()
+	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+		t.Fatal(err)
+	}
+	for i := range dst {
+		if !bytes.Equal(dst[i], f.plains[i]) {
+			t.Fatalf("ReadRunTo: frame %d differs", i)
+		}
+	}
+}

@@ -898,25 +898,47 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 // With a disk cache, the frames it holds are read from it the same way
 // (readDiskTo); the others are read as ReadRun reads them.
 func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) error {
+	_, loan, err := r.readRunTo(ctx, ids, ps, dst, false)
+	loan.Release()
+	return err
+}
+
+// ReadRunToLent is ReadRunTo for a caller that can also send plaintexts
+// the reader lends (a FUSE reply from several slices): a frame the memory
+// cache holds, or, with a disk cache, one that neither cache holds (read
+// from the store into both), is lent
+// as lent[i], readable until loan is released, instead of copied into
+// dst[i]; lent[i] is nil for a frame decrypted into dst[i]. So a stream of
+// what was fetched ahead into the memory cache (behind a remote store,
+// what the disk cache does not hold yet) is sent without a copy.
+func (r *Reader) ReadRunToLent(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) (lent [][]byte, loan *Loan, err error) {
+	return r.readRunTo(ctx, ids, ps, dst, true)
+}
+
+// readRunTo is ReadRunTo, and with lend ReadRunToLent. The loan it
+// returns (nil on error) holds what the frames were read from.
+func (r *Reader) readRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte, lend bool) (lent [][]byte, loan *Loan, err error) {
 	if len(ids) != len(ps) || len(dst) != len(ps) {
-		return fmt.Errorf("segment run: %d ids and %d buffers for %d pointers", len(ids), len(dst), len(ps))
+		return nil, nil, fmt.Errorf("segment run: %d ids and %d buffers for %d pointers", len(ids), len(dst), len(ps))
 	}
 	for i, p := range ps {
 		if len(dst[i]) != int(p.PlainLen) {
-			return fmt.Errorf("segment run: a buffer of %d bytes for a frame of %d", len(dst[i]), p.PlainLen)
+			return nil, nil, fmt.Errorf("segment run: a buffer of %d bytes for a frame of %d", len(dst[i]), p.PlainLen)
 		}
 	}
 	if err := r.checkRun(ps); err != nil {
-		return err
+		return nil, nil, err
 	}
-	loan := &Loan{r: r}
-	defer loan.Release()
+	if lend {
+		lent = make([][]byte, len(ps))
+	}
+	loan = &Loan{r: r}
 	var want []int
 	var hits [][2][]byte // cached plaintext -> its buffer, copied outside the lock
 	r.mu.Lock()
 	if r.mu.closed {
 		r.mu.Unlock()
-		return errClosed
+		return nil, nil, errClosed
 	}
 	for i := range ps {
 		var e *memEntry
@@ -928,11 +950,15 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 			continue
 		}
 		r.hold(e.run, loan)
-		hits = append(hits, [2][]byte{e.data, dst[i]})
+		if lend {
+			lent[i] = e.data
+		} else {
+			hits = append(hits, [2][]byte{e.data, dst[i]})
+		}
 	}
 	r.mu.Unlock()
 	r.ahead.passed(ps, want, &r.bufs)
-	r.memHits.Add(uint64(len(hits)))
+	r.memHits.Add(uint64(len(ps) - len(want)))
 	for _, h := range hits {
 		copy(h[1], h[0])
 	}
@@ -941,26 +967,31 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 		workers = runtime.GOMAXPROCS(0)
 	}
 	if r.disk != nil {
-		return r.readDiskTo(ctx, ids, ps, want, dst, workers)
-	}
-	for _, g := range runGroups(ps, want) {
-		if err := r.readGroupTo(ctx, ids, ps, g, dst, workers); err != nil {
-			return err
+		err = r.readDiskTo(ctx, ids, ps, want, dst, workers, lent, loan)
+	} else {
+		for _, g := range runGroups(ps, want) {
+			if err = r.readGroupTo(ctx, ids, ps, g, dst, workers); err != nil {
+				break
+			}
 		}
 	}
-	return nil
+	if err != nil {
+		loan.Release()
+		return nil, nil, err
+	}
+	return lent, loan, nil
 }
 
 // readDiskTo is ReadRunTo's reading of the frames ps[i], i in want, with
 // a disk cache: those it holds are decrypted into dst[i] from it (from
 // spans ReadAhead read out of it, or read here, one request per run),
 // caching nothing; the rest, and any it held damaged (dropped from it),
-// are read as ReadRun reads them, from the store into both caches, and
-// copied. So a stream of what the writer uploaded, or of what was read
-// before, costs its reads of the cache's files and one decryption, and
-// does not push out of the memory cache what partial reads and writes
-// keep there.
-func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, want []int, dst [][]byte, workers int) error {
+// are read as ReadRun reads them, from the store into both caches, held
+// by loan, and copied (or, with lent, lent as lent[i]). So a stream of
+// what the writer uploaded, or of what was read before, costs its reads
+// of the cache's files and one decryption, and does not push out of the
+// memory cache what partial reads and writes keep there.
+func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, want []int, dst [][]byte, workers int, lent [][]byte, loan *Loan) error {
 	have := r.disk.present(ps, want)
 	done := make([]bool, len(ps))
 	// Spans are read from the cache's files, not the store: worth waiting
@@ -998,25 +1029,28 @@ func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, wa
 		}
 		r.diskHits.Add(uint64(n))
 	}
+	var rest []int
 	var restIDs []FrameID
 	var restPs []Pointer
-	var restDst [][]byte
 	for _, i := range want {
 		if !done[i] {
-			restIDs, restPs, restDst = append(restIDs, ids[i]), append(restPs, ps[i]), append(restDst, dst[i])
+			rest, restIDs, restPs = append(rest, i), append(restIDs, ids[i]), append(restPs, ps[i])
 		}
 	}
 	if len(restPs) == 0 {
 		return nil
 	}
-	datas, loan, err := r.ReadRunLent(ctx, restIDs, restPs)
+	datas, err := r.readRun(ctx, restIDs, restPs, loan)
 	if err != nil {
 		return err
 	}
-	for i := range datas {
-		clear(restDst[i][copy(restDst[i], datas[i]):])
+	for k, i := range rest {
+		if lent != nil && len(datas[k]) == len(dst[i]) {
+			lent[i] = datas[k]
+			continue
+		}
+		clear(dst[i][copy(dst[i], datas[k]):])
 	}
-	loan.Release()
 	return nil
 }
 

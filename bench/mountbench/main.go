@@ -36,6 +36,9 @@ type options struct {
 	// s3MD5ETags runs the S3 test server with MD5 ETags (its default)
 	// rather than checksum-derived ones.
 	s3MD5ETags bool
+	// s3EmptyCache empties ebbfs-s3's disk cache (restarting it) before
+	// its cold sequential read.
+	s3EmptyCache bool
 	// groups selects workload groups (write, read, rand, small).
 	groups map[string]bool
 	// cpuProfile, if set, is a directory for CPU profiles of the ebbfs
@@ -87,6 +90,7 @@ func main() {
 	flag.StringVar(&o.ebbfsBin, "ebbfs", "", "use this ebbfs binary instead of building ./cmd/ebbfs")
 	flag.BoolVar(&o.kernelPassthrough, "kernel-passthrough", false, "let the go-fuse loopback use FUSE passthrough (the kernel then reads and writes the backing files itself)")
 	flag.BoolVar(&o.s3, "s3", true, "also run ebbfs on the S3 test server (versitygw, posix backend on the same disk) as target ebbfs-s3")
+	flag.BoolVar(&o.s3EmptyCache, "s3-empty-cache", false, "restart ebbfs-s3 with an empty disk cache before its cold sequential read (a new machine reading what another wrote)")
 	flag.BoolVar(&o.s3MD5ETags, "s3-md5-etags", false, "run the S3 test server with MD5 ETags (it then hashes every byte uploaded with MD5 on the same cores) instead of checksum-derived ones")
 	groups := flag.String("groups", strings.Join(allGroups, ","), "workload groups to run, comma-separated: "+strings.Join(allGroups, ", ")+" (read and rand read what write wrote)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of the ebbfs targets during the sequential write, the cold read, the random reads and the random overwrites into this directory")
@@ -551,6 +555,13 @@ func (b *bench) readGroup(t *target) {
 			b.measure(k, t, func() (float64, error) { return 0, err })
 		}
 	}
+	if b.o.s3EmptyCache && t.name == "ebbfs-s3" {
+		frames := filepath.Join(t.cache, "frames")
+		if err := b.restart(t, func() error { return os.RemoveAll(frames) }); err != nil {
+			fail(err)
+			return
+		}
+	}
 	if err := dropCaches(); err != nil {
 		fail(err)
 		return
@@ -607,12 +618,20 @@ func (b *bench) randGroup(t *target) {
 
 // remount stops ebbfs cleanly and mounts it again on the same cache
 // directory.
-func (b *bench) remount(t *target) error {
+func (b *bench) remount(t *target) error { return b.restart(t, nil) }
+
+// restart is remount, calling between (if set) while ebbfs is stopped.
+func (b *bench) restart(t *target, between func() error) error {
 	if hwm, _, err := memStatus(t.srv.pid()); err == nil {
 		t.hwmOld = max(t.hwmOld, hwm)
 	}
 	if _, err := t.srv.stop(5 * time.Minute); err != nil {
 		return fmt.Errorf("remount: %w", err)
+	}
+	if between != nil {
+		if err := between(); err != nil {
+			return fmt.Errorf("remount: %w", err)
+		}
 	}
 	srv, err := startEbbfs(t.layout)
 	if err != nil {

@@ -151,6 +151,9 @@ func (b *bench) report(w io.Writer) {
 			etags = "MD5 ETags (-s3-md5-etags): it hashes every byte uploaded"
 		}
 		fmt.Fprintf(w, "  ebbfs-s3 = the same on the S3 test server (versitygw, posix backend on the same disk, loopback HTTP,\n    %s)\n", etags)
+		if o.s3EmptyCache {
+			fmt.Fprintln(w, "    its cold sequential read starts with an empty disk cache (-s3-empty-cache): every frame from the store")
+		}
 	}
 	fmt.Fprintln(w)
 
