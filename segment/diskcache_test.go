@@ -301,14 +301,8 @@ func TestReadRunFromDiskCache(t *testing.T) {
 // their old ones, with no request to the store; frames that were not
 // cached stay uncached.
 func TestRelocatedStaysCached(t *testing.T) {
-	f := newFixture(t, 8)
+	f, r := bothCaches(t, 8, 4) // 4-7 never read
 	ctx := context.Background()
-	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
-	// Frames 0-3 cached in memory and on disk; 4-7 never read.
-	if _, err := r.ReadRun(ctx, f.ids[:4], f.ps[:4]); err != nil {
-		t.Fatal(err)
-	}
-	r.disk.sync()
 	encoded, err := r.ReadEncoded(ctx, f.ps)
 	if err != nil {
 		t.Fatal(err)
@@ -925,14 +919,9 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 // buffers); those the disk cache holds are decrypted into them; ReadRunTo
 // copies all of them.
 func TestReadRunToLent(t *testing.T) {
-	f := newFixture(t, 6)
+	f, r := bothCaches(t, 6, 4)
 	ctx := context.Background()
-	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
 	// 0-1 in memory, 2-3 on disk only, 4-5 in neither cache.
-	if _, err := r.ReadRun(ctx, f.ids[:4], f.ps[:4]); err != nil {
-		t.Fatal(err)
-	}
-	r.disk.sync()
 	r.Drop(f.ps[2])
 	r.Drop(f.ps[3])
 	bufs := func() [][]byte {
@@ -973,4 +962,17 @@ func TestReadRunToLent(t *testing.T) {
 			t.Fatalf("ReadRunTo: frame %d differs", i)
 		}
 	}
+}
+
+// bothCaches returns a fixture of n frames and a reader with a memory
+// cache and a disk cache that both hold the first k frames.
+func bothCaches(t *testing.T, n, k int) (*fixture, *Reader) {
+	t.Helper()
+	f := newFixture(t, n)
+	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
+	if _, err := r.ReadRun(context.Background(), f.ids[:k], f.ps[:k]); err != nil {
+		t.Fatal(err)
+	}
+	r.disk.sync()
+	return f, r
 }
