@@ -593,14 +593,69 @@ func (s *S3) Get(ctx context.Context, key string) ([]byte, error) {
 }
 
 func readBody(ctx context.Context, r io.Reader, size int64, op, key string, s *S3) ([]byte, error) {
-	if size < 0 {
-		size = 0
+	if size <= 0 {
+		var buf bytes.Buffer
+		if _, err := buf.ReadFrom(r); err != nil {
+			return nil, s.mapErr(ctx, op, key, err)
+		}
+		return buf.Bytes(), nil
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	if _, err := buf.ReadFrom(r); err != nil {
+	// Into a buffer of the announced size: a bytes.Buffer of that
+	// capacity grew (a new buffer and a copy of all of it) at the end
+	// just to see EOF, which cost a cold read from the store a copy of
+	// every byte.
+	b := make([]byte, size)
+	n, err := readFull(r, b)
+	if err != nil {
 		return nil, s.mapErr(ctx, op, key, err)
 	}
-	return buf.Bytes(), nil
+	if n < len(b) {
+		return b[:n], nil // short: the caller reports it
+	}
+	var more bytes.Buffer // longer than announced: the caller reports it
+	if _, err := more.ReadFrom(r); err != nil {
+		return nil, s.mapErr(ctx, op, key, err)
+	}
+	return append(b, more.Bytes()...), nil
+}
+
+// readFull reads r into b until b is full or r ends, and returns how many
+// bytes it read; an early end is not an error.
+func readFull(r io.Reader, b []byte) (int, error) {
+	n, err := io.ReadFull(r, b)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+var _ RangeReader = (*S3)(nil)
+
+// ReadRange implements RangeReader: the body of a ranged GET is read
+// straight into dst, with no buffer of its own and no copy.
+func (s *S3) ReadRange(ctx context.Context, key string, off int64, dst []byte) error {
+	length := int64(len(dst))
+	if length == 0 {
+		_, err := s.GetRange(ctx, key, off, 0)
+		return err
+	}
+	body, err := s.getRange(ctx, key, off, length)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	n, err := readFull(body, dst)
+	if err != nil {
+		return s.mapErr(ctx, "get", key, err)
+	}
+	if n < len(dst) {
+		return fmt.Errorf("get %s: range [%d,+%d) outside object (got %d bytes)", key, off, length, n)
+	}
+	var one [1]byte
+	if k, _ := body.Read(one[:]); k > 0 {
+		return fmt.Errorf("get %s: range [%d,+%d) returned more bytes", key, off, length)
+	}
+	return nil
 }
 
 // GetRange implements Store with a "bytes=a-b" ranged GET.
@@ -619,6 +674,27 @@ func (s *S3) GetRange(ctx context.Context, key string, off, length int64) ([]byt
 		}
 		return []byte{}, nil
 	}
+	body, err := s.getRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b, err := readBody(ctx, body, length, "get", key, s)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != length {
+		return nil, fmt.Errorf("get %s: range [%d,+%d) outside object (got %d bytes)", key, off, length, len(b))
+	}
+	return b, nil
+}
+
+// getRange sends the ranged GET of length > 0 bytes at off of key and
+// returns the response's body.
+func (s *S3) getRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	if off < 0 || length <= 0 || off > math.MaxInt64-length {
+		return nil, fmt.Errorf("get %s: invalid range [%d,+%d)", key, off, length)
+	}
 	out, err := s.cli.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: aws.String(s.bucket),
 		Key:    aws.String(s.fullKey(key)),
@@ -630,15 +706,7 @@ func (s *S3) GetRange(ctx context.Context, key string, off, length int64) ([]byt
 		}
 		return nil, s.mapErr(ctx, "get", key, err)
 	}
-	defer out.Body.Close()
-	b, err := readBody(ctx, out.Body, length, "get", key, s)
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) != length {
-		return nil, fmt.Errorf("get %s: range [%d,+%d) outside object (got %d bytes)", key, off, length, len(b))
-	}
-	return b, nil
+	return out.Body, nil
 }
 
 // Head implements Store.
