@@ -458,8 +458,8 @@ func (c *diskCache) putRuns(runs []diskRun) {
 }
 
 // pendLocked makes the runs of it readable (pend) until the writer has
-// written them; place calls it before queueing it, so that the writer
-// never finds a run not yet there.
+// written them; enqueue and place call it before they queue it, so that
+// the writer never finds a run not yet there.
 func (c *diskCache) pendLocked(it diskPut) {
 	for k := range it.runs {
 		r := &it.runs[k]
@@ -479,9 +479,6 @@ func (c *diskCache) unpendLocked(r *diskRun) {
 		c.pend[r.seg] = rs
 	}
 }
-
-// pendingLocked reports whether a queued run holds the frame p.
-func (c *diskCache) pendingLocked(p Pointer) bool { return c.pendFrameLocked(p) != nil }
 
 // pendFrameLocked returns the queued run that holds the frame p, or nil.
 func (c *diskCache) pendFrameLocked(p Pointer) *diskRun {
@@ -830,7 +827,7 @@ func (c *diskCache) present(ps []Pointer, idx []int) []int {
 				continue
 			}
 		}
-		if c.pendingLocked(p) {
+		if c.pendFrameLocked(p) != nil {
 			have = append(have, i)
 		}
 	}

@@ -906,11 +906,11 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 // ReadRunToLent is ReadRunTo for a caller that can also send plaintexts
 // the reader lends (a FUSE reply from several slices): a frame the memory
 // cache holds, or, with a disk cache, one that neither cache holds (read
-// from the store into both), is lent
-// as lent[i], readable until loan is released, instead of copied into
-// dst[i]; lent[i] is nil for a frame decrypted into dst[i]. So a stream of
-// what was fetched ahead into the memory cache (behind a remote store,
-// what the disk cache does not hold yet) is sent without a copy.
+// from the store into both), is lent as lent[i], readable until loan is
+// released, instead of copied into dst[i]; lent[i] is nil for a frame
+// decrypted into dst[i]. So a stream of what was fetched ahead into the
+// memory cache (behind a remote store, what the disk cache does not hold
+// yet) is sent without a copy.
 func (r *Reader) ReadRunToLent(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) (lent [][]byte, loan *Loan, err error) {
 	return r.readRunTo(ctx, ids, ps, dst, true)
 }
