@@ -18,10 +18,24 @@ func unhex(t *testing.T, s string) []byte {
 	return b
 }
 
+// bothGCMs runs f with the AES-GCM this CPU uses for derived keys (the
+// VAES assembly where it can run it) and with Go's.
+func bothGCMs(t *testing.T, f func(t *testing.T)) {
+	ok := vaesGCMOK
+	defer func() { vaesGCMOK = ok }()
+	t.Run(map[bool]string{true: "vaes", false: "go"}[ok], f)
+	if ok {
+		vaesGCMOK = false
+		t.Run("go", f)
+	}
+}
+
 // The two test vectors of c2sp.org/XAES-256-GCM, with the intermediate
 // values the specification lists (L, K1, Kx): one for each branch of the
 // doubling that makes K1.
-func TestXAESVectors(t *testing.T) {
+func TestXAESVectors(t *testing.T) { bothGCMs(t, testXAESVectors) }
+
+func testXAESVectors(t *testing.T) {
 	for _, v := range []struct {
 		name                  string
 		key                   byte
@@ -97,7 +111,9 @@ func TestXAESVectors(t *testing.T) {
 // ciphertext absorbed into a second SHAKE-128, whose first 32 bytes are
 // given for 10,000 and 1,000,000 iterations (EBBFS_XAES_MILLION=1; about
 // 7 s on a 2-core VM).
-func TestXAESAccumulated(t *testing.T) {
+func TestXAESAccumulated(t *testing.T) { bothGCMs(t, testXAESAccumulated) }
+
+func testXAESAccumulated(t *testing.T) {
 	iterations, want := 10_000, "e6b9edf2df6cec60c8cbd864e2211b597fb69a529160cd040d56c0c210081939"
 	if os.Getenv("EBBFS_XAES_MILLION") == "1" {
 		iterations, want = 1_000_000, "2163ae1445985a30b60585ee67daa55674df06901b890593e824b8a7c885ab15"

@@ -1,0 +1,306 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// AES-256-GCM's two halves with VAES and VPCLMULQDQ on 512-bit registers,
+// four blocks to a register, sixteen to a loop: the CTR keystream
+// (ctrBlocks) and GHASH (ghashBlocks). gcm_amd64.go puts them together.
+//
+// GHASH works on blocks byte-reversed into registers, so that a block's
+// first byte is the top of a 128-bit integer, and multiplies by H
+// premultiplied by x (see hPrime), so that a carry-less product reduces
+// with two folds by the constant 0xC2 << 120 + 1 (gcmPoly). Sixteen
+// blocks X1..X16 fold into the accumulator A as
+// (A+X1)H^16 + X2 H^15 + ... + X16 H, one reduction for all sixteen.
+
+DATA bswapMask<>+0(SB)/8, $0x08090a0b0c0d0e0f
+DATA bswapMask<>+8(SB)/8, $0x0001020304050607
+GLOBL bswapMask<>(SB), RODATA|NOPTR, $16
+
+DATA gcmPoly<>+0(SB)/8, $0x0000000000000001
+DATA gcmPoly<>+8(SB)/8, $0xc200000000000000
+GLOBL gcmPoly<>(SB), RODATA|NOPTR, $16
+
+// The counters of a register's four blocks, and their step: added to the
+// byte-reversed counter block, whose low 32 bits are GCM's counter.
+DATA ctrLanes<>+0(SB)/8, $0
+DATA ctrLanes<>+8(SB)/8, $0
+DATA ctrLanes<>+16(SB)/8, $1
+DATA ctrLanes<>+24(SB)/8, $0
+DATA ctrLanes<>+32(SB)/8, $2
+DATA ctrLanes<>+40(SB)/8, $0
+DATA ctrLanes<>+48(SB)/8, $3
+DATA ctrLanes<>+56(SB)/8, $0
+GLOBL ctrLanes<>(SB), RODATA|NOPTR, $64
+
+DATA ctrStep<>+0(SB)/8, $4
+DATA ctrStep<>+8(SB)/8, $0
+DATA ctrStep<>+16(SB)/8, $4
+DATA ctrStep<>+24(SB)/8, $0
+DATA ctrStep<>+32(SB)/8, $4
+DATA ctrStep<>+40(SB)/8, $0
+DATA ctrStep<>+48(SB)/8, $4
+DATA ctrStep<>+56(SB)/8, $0
+GLOBL ctrStep<>(SB), RODATA|NOPTR, $64
+
+// func ctrBlocks(rk *[240]byte, ctr *[16]byte, dst, src *byte, n int)
+// XORs n blocks (a multiple of 4) of src with the keystream from the
+// counter block *ctr into dst, and leaves *ctr at the next counter.
+TEXT ·ctrBlocks(SB), NOSPLIT, $0-40
+	MOVQ rk+0(FP), AX
+	MOVQ ctr+8(FP), BX
+	MOVQ dst+16(FP), DI
+	MOVQ src+24(FP), SI
+	MOVQ n+32(FP), CX
+	VBROADCASTI32X4 bswapMask<>(SB), Z2
+	VBROADCASTI32X4 0(AX), Z16
+	VBROADCASTI32X4 16(AX), Z17
+	VBROADCASTI32X4 32(AX), Z18
+	VBROADCASTI32X4 48(AX), Z19
+	VBROADCASTI32X4 64(AX), Z20
+	VBROADCASTI32X4 80(AX), Z21
+	VBROADCASTI32X4 96(AX), Z22
+	VBROADCASTI32X4 112(AX), Z23
+	VBROADCASTI32X4 128(AX), Z24
+	VBROADCASTI32X4 144(AX), Z25
+	VBROADCASTI32X4 160(AX), Z26
+	VBROADCASTI32X4 176(AX), Z27
+	VBROADCASTI32X4 192(AX), Z28
+	VBROADCASTI32X4 208(AX), Z29
+	VBROADCASTI32X4 224(AX), Z30
+	VBROADCASTI32X4 (BX), Z0
+	VPSHUFB Z2, Z0, Z0
+	VPADDD ctrLanes<>(SB), Z0, Z0
+	VMOVDQU64 ctrStep<>(SB), Z1
+	CMPQ CX, $16
+	JB ctr4
+
+ctr16:
+	VPSHUFB Z2, Z0, Z4
+	VPADDD Z1, Z0, Z0
+	VPSHUFB Z2, Z0, Z5
+	VPADDD Z1, Z0, Z0
+	VPSHUFB Z2, Z0, Z6
+	VPADDD Z1, Z0, Z0
+	VPSHUFB Z2, Z0, Z7
+	VPADDD Z1, Z0, Z0
+	VPXORQ Z16, Z4, Z4
+	VPXORQ Z16, Z5, Z5
+	VPXORQ Z16, Z6, Z6
+	VPXORQ Z16, Z7, Z7
+	VAESENC Z17, Z4, Z4
+	VAESENC Z17, Z5, Z5
+	VAESENC Z17, Z6, Z6
+	VAESENC Z17, Z7, Z7
+	VAESENC Z18, Z4, Z4
+	VAESENC Z18, Z5, Z5
+	VAESENC Z18, Z6, Z6
+	VAESENC Z18, Z7, Z7
+	VAESENC Z19, Z4, Z4
+	VAESENC Z19, Z5, Z5
+	VAESENC Z19, Z6, Z6
+	VAESENC Z19, Z7, Z7
+	VAESENC Z20, Z4, Z4
+	VAESENC Z20, Z5, Z5
+	VAESENC Z20, Z6, Z6
+	VAESENC Z20, Z7, Z7
+	VAESENC Z21, Z4, Z4
+	VAESENC Z21, Z5, Z5
+	VAESENC Z21, Z6, Z6
+	VAESENC Z21, Z7, Z7
+	VAESENC Z22, Z4, Z4
+	VAESENC Z22, Z5, Z5
+	VAESENC Z22, Z6, Z6
+	VAESENC Z22, Z7, Z7
+	VAESENC Z23, Z4, Z4
+	VAESENC Z23, Z5, Z5
+	VAESENC Z23, Z6, Z6
+	VAESENC Z23, Z7, Z7
+	VAESENC Z24, Z4, Z4
+	VAESENC Z24, Z5, Z5
+	VAESENC Z24, Z6, Z6
+	VAESENC Z24, Z7, Z7
+	VAESENC Z25, Z4, Z4
+	VAESENC Z25, Z5, Z5
+	VAESENC Z25, Z6, Z6
+	VAESENC Z25, Z7, Z7
+	VAESENC Z26, Z4, Z4
+	VAESENC Z26, Z5, Z5
+	VAESENC Z26, Z6, Z6
+	VAESENC Z26, Z7, Z7
+	VAESENC Z27, Z4, Z4
+	VAESENC Z27, Z5, Z5
+	VAESENC Z27, Z6, Z6
+	VAESENC Z27, Z7, Z7
+	VAESENC Z28, Z4, Z4
+	VAESENC Z28, Z5, Z5
+	VAESENC Z28, Z6, Z6
+	VAESENC Z28, Z7, Z7
+	VAESENC Z29, Z4, Z4
+	VAESENC Z29, Z5, Z5
+	VAESENC Z29, Z6, Z6
+	VAESENC Z29, Z7, Z7
+	VAESENCLAST Z30, Z4, Z4
+	VAESENCLAST Z30, Z5, Z5
+	VAESENCLAST Z30, Z6, Z6
+	VAESENCLAST Z30, Z7, Z7
+	VPXORQ 0(SI), Z4, Z4
+	VPXORQ 64(SI), Z5, Z5
+	VPXORQ 128(SI), Z6, Z6
+	VPXORQ 192(SI), Z7, Z7
+	VMOVDQU64 Z4, 0(DI)
+	VMOVDQU64 Z5, 64(DI)
+	VMOVDQU64 Z6, 128(DI)
+	VMOVDQU64 Z7, 192(DI)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $16, CX
+	CMPQ CX, $16
+	JAE ctr16
+
+ctr4:
+	TESTQ CX, CX
+	JE ctrdone
+	VPSHUFB Z2, Z0, Z4
+	VPADDD Z1, Z0, Z0
+	VPXORQ Z16, Z4, Z4
+	VAESENC Z17, Z4, Z4
+	VAESENC Z18, Z4, Z4
+	VAESENC Z19, Z4, Z4
+	VAESENC Z20, Z4, Z4
+	VAESENC Z21, Z4, Z4
+	VAESENC Z22, Z4, Z4
+	VAESENC Z23, Z4, Z4
+	VAESENC Z24, Z4, Z4
+	VAESENC Z25, Z4, Z4
+	VAESENC Z26, Z4, Z4
+	VAESENC Z27, Z4, Z4
+	VAESENC Z28, Z4, Z4
+	VAESENC Z29, Z4, Z4
+	VAESENCLAST Z30, Z4, Z4
+	VPXORQ (SI), Z4, Z4
+	VMOVDQU64 Z4, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $4, CX
+	JMP ctr4
+
+ctrdone:
+	VPSHUFB X2, X0, X0
+	VMOVDQU X0, (BX)
+	VZEROUPPER
+	RET
+
+// REDUCE folds the 256-bit product hi:lo into acc (all X registers);
+// poly holds gcmPoly, t is scratch. lo is clobbered.
+#define REDUCE(lo, hi, poly, t, acc) \
+	VPCLMULQDQ $0x01, lo, poly, t \
+	VPSHUFD $0x4e, lo, lo \
+	VPXOR t, lo, lo \
+	VPCLMULQDQ $0x01, lo, poly, t \
+	VPSHUFD $0x4e, lo, lo \
+	VPXOR t, lo, lo \
+	VPXOR hi, lo, acc
+
+// func ghashBlocks(acc *[16]byte, hpow *[256]byte, data *byte, n int)
+// Folds n 16-byte blocks of data into *acc (held byte-reversed); hpow
+// holds H^16..H^1, premultiplied, in that order.
+TEXT ·ghashBlocks(SB), NOSPLIT, $0-32
+	MOVQ acc+0(FP), DI
+	MOVQ hpow+8(FP), SI
+	MOVQ data+16(FP), DX
+	MOVQ n+24(FP), CX
+	VMOVDQU (DI), X0
+	VMOVDQU gcmPoly<>(SB), X1
+	VBROADCASTI32X4 bswapMask<>(SB), Z2
+	CMPQ CX, $16
+	JB ghash1
+	VMOVDQU64 0(SI), Z4
+	VMOVDQU64 64(SI), Z5
+	VMOVDQU64 128(SI), Z6
+	VMOVDQU64 192(SI), Z7
+
+ghash16:
+	VMOVDQU64 0(DX), Z10
+	VMOVDQU64 64(DX), Z11
+	VMOVDQU64 128(DX), Z12
+	VMOVDQU64 192(DX), Z13
+	VPSHUFB Z2, Z10, Z10
+	VPSHUFB Z2, Z11, Z11
+	VPSHUFB Z2, Z12, Z12
+	VPSHUFB Z2, Z13, Z13
+	VPXORQ Z0, Z10, Z10
+	VPCLMULQDQ $0x00, Z4, Z10, Z14
+	VPCLMULQDQ $0x00, Z5, Z11, Z15
+	VPXORQ Z15, Z14, Z14
+	VPCLMULQDQ $0x00, Z6, Z12, Z15
+	VPXORQ Z15, Z14, Z14
+	VPCLMULQDQ $0x00, Z7, Z13, Z15
+	VPXORQ Z15, Z14, Z14
+	VPCLMULQDQ $0x11, Z4, Z10, Z8
+	VPCLMULQDQ $0x11, Z5, Z11, Z15
+	VPXORQ Z15, Z8, Z8
+	VPCLMULQDQ $0x11, Z6, Z12, Z15
+	VPXORQ Z15, Z8, Z8
+	VPCLMULQDQ $0x11, Z7, Z13, Z15
+	VPXORQ Z15, Z8, Z8
+	VPCLMULQDQ $0x01, Z4, Z10, Z9
+	VPCLMULQDQ $0x10, Z4, Z10, Z15
+	VPXORQ Z15, Z9, Z9
+	VPCLMULQDQ $0x01, Z5, Z11, Z15
+	VPXORQ Z15, Z9, Z9
+	VPCLMULQDQ $0x10, Z5, Z11, Z15
+	VPXORQ Z15, Z9, Z9
+	VPCLMULQDQ $0x01, Z6, Z12, Z15
+	VPXORQ Z15, Z9, Z9
+	VPCLMULQDQ $0x10, Z6, Z12, Z15
+	VPXORQ Z15, Z9, Z9
+	VPCLMULQDQ $0x01, Z7, Z13, Z15
+	VPXORQ Z15, Z9, Z9
+	VPCLMULQDQ $0x10, Z7, Z13, Z15
+	VPXORQ Z15, Z9, Z9
+	VPSLLDQ $8, Z9, Z15
+	VPSRLDQ $8, Z9, Z9
+	VPXORQ Z15, Z14, Z14
+	VPXORQ Z9, Z8, Z8
+	VEXTRACTI64X4 $1, Z14, Y15
+	VPXOR Y15, Y14, Y14
+	VEXTRACTI128 $1, Y14, X15
+	VPXOR X15, X14, X14
+	VEXTRACTI64X4 $1, Z8, Y15
+	VPXOR Y15, Y8, Y8
+	VEXTRACTI128 $1, Y8, X15
+	VPXOR X15, X8, X8
+	REDUCE(X14, X8, X1, X15, X0)
+	ADDQ $256, DX
+	SUBQ $16, CX
+	CMPQ CX, $16
+	JAE ghash16
+
+ghash1:
+	TESTQ CX, CX
+	JE ghashdone
+	VMOVDQU 240(SI), X4
+
+ghash1loop:
+	VMOVDQU (DX), X10
+	VPSHUFB X2, X10, X10
+	VPXOR X0, X10, X10
+	VPCLMULQDQ $0x00, X4, X10, X14
+	VPCLMULQDQ $0x11, X4, X10, X8
+	VPCLMULQDQ $0x01, X4, X10, X9
+	VPCLMULQDQ $0x10, X4, X10, X15
+	VPXOR X15, X9, X9
+	VPSLLDQ $8, X9, X15
+	VPSRLDQ $8, X9, X9
+	VPXOR X15, X14, X14
+	VPXOR X9, X8, X8
+	REDUCE(X14, X8, X1, X15, X0)
+	ADDQ $16, DX
+	DECQ CX
+	JNE ghash1loop
+
+ghashdone:
+	VMOVDQU X0, (DI)
+	VZEROUPPER
+	RET

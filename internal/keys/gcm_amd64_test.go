@@ -1,0 +1,181 @@
+//go:build amd64 && !purego
+
+package keys
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	mrand "math/rand/v2"
+	"testing"
+)
+
+// requireVAES skips where the CPU cannot run gcm_amd64.s (the other path
+// is Go's own AES-GCM), failing in CI on a CPU that should.
+func requireVAES(t testing.TB) {
+	t.Helper()
+	if !vaesGCMOK {
+		t.Skip("no 512-bit VAES and VPCLMULQDQ on this CPU: Go's AES-GCM serves")
+	}
+}
+
+func stdGCM(t testing.TB, key []byte) cipher.AEAD {
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cipher.NewGCM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestVAESGCMMatchesGo seals and opens messages of every length up to
+// 1,100 bytes and some longer ones, with AADs of several lengths, under
+// random keys and nonces, and checks every byte against Go's AES-GCM
+// both ways.
+func TestVAESGCMMatchesGo(t *testing.T) {
+	requireVAES(t)
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	lengths := []int{}
+	for n := 0; n <= 1100; n++ {
+		lengths = append(lengths, n)
+	}
+	lengths = append(lengths, 4095, 4096, 4097, 8191, 32768, 32768+13, 1<<20+5)
+	for _, n := range lengths {
+		key := make([]byte, 32)
+		rand.Read(key)
+		nonce := make([]byte, 12)
+		rand.Read(nonce)
+		aad := make([]byte, []int{0, 1, 15, 16, 17, 40, 255, 256, 300}[rng.IntN(9)])
+		rand.Read(aad)
+		plain := make([]byte, n)
+		rand.Read(plain)
+		fast, std := newVAESGCM(key), stdGCM(t, key)
+		got, want := fast.Seal([]byte("prefix"), nonce, plain, aad), std.Seal([]byte("prefix"), nonce, plain, aad)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("len %d, aad %d: sealed bytes differ from Go's", n, len(aad))
+		}
+		out, err := fast.Open(nil, nonce, want[6:], aad)
+		if err != nil || !bytes.Equal(out, plain) {
+			t.Fatalf("len %d, aad %d: open of Go's seal: %v", n, len(aad), err)
+		}
+		// In place, as the segment reader opens pieces.
+		sealed := bytes.Clone(want[6:])
+		out, err = fast.Open(sealed[:0], nonce, sealed, aad)
+		if err != nil || !bytes.Equal(out, plain) || &out[0:1][0] != &sealed[0:1][0] && n > 0 {
+			t.Fatalf("len %d: open in place: %v", n, err)
+		}
+	}
+}
+
+// TestVAESGCMRejects checks that a flipped bit anywhere in the ciphertext,
+// tag, AAD or nonce fails authentication and writes nothing.
+func TestVAESGCMRejects(t *testing.T) {
+	requireVAES(t)
+	key := make([]byte, 32)
+	rand.Read(key)
+	g := newVAESGCM(key)
+	nonce, aad, plain := make([]byte, 12), []byte("frame aad"), make([]byte, 4096+7)
+	rand.Read(nonce)
+	rand.Read(plain)
+	sealed := g.Seal(nil, nonce, plain, aad)
+	dst := make([]byte, 0, len(plain))
+	check := func(what string, nonce, sealed, aad []byte) {
+		t.Helper()
+		d := dst[:cap(dst)]
+		for i := range d {
+			d[i] = 0xa5
+		}
+		if _, err := g.Open(dst, nonce, sealed, aad); err == nil {
+			t.Fatalf("%s: opened", what)
+		}
+		for i := range d {
+			if d[i] != 0xa5 {
+				t.Fatalf("%s: byte %d of dst written on failure", what, i)
+			}
+		}
+	}
+	for _, i := range []int{0, 1, 15, 16, 255, 256, 4095, len(sealed) - 17, len(sealed) - 16, len(sealed) - 1} {
+		bad := bytes.Clone(sealed)
+		bad[i] ^= 0x10
+		check("flipped ciphertext/tag byte", nonce, bad, aad)
+	}
+	badAAD := bytes.Clone(aad)
+	badAAD[3] ^= 1
+	check("flipped aad", nonce, sealed, badAAD)
+	badNonce := bytes.Clone(nonce)
+	badNonce[11] ^= 0x80
+	check("flipped nonce", badNonce, sealed, aad)
+	check("truncated", nonce, sealed[:len(sealed)-1], aad)
+	check("short", nonce, sealed[:15], aad)
+	check("extra aad", nonce, sealed, append(bytes.Clone(aad), 0))
+}
+
+// TestExpandKey256 checks the key schedule against FIPS 197's AES-256
+// example (appendix A.3): its last round key.
+func TestExpandKey256(t *testing.T) {
+	key := []byte{
+		0x60, 0x3d, 0xeb, 0x10, 0x15, 0xca, 0x71, 0xbe, 0x2b, 0x73, 0xae, 0xf0, 0x85, 0x7d, 0x77, 0x81,
+		0x1f, 0x35, 0x2c, 0x07, 0x3b, 0x61, 0x08, 0xd7, 0x2d, 0x98, 0x10, 0xa3, 0x09, 0x14, 0xdf, 0xf4}
+	var rk [240]byte
+	expandKey256(key, &rk)
+	want := []byte{0xfe, 0x48, 0x90, 0xd1, 0xe6, 0x18, 0x8d, 0x0b, 0x04, 0x6d, 0xf3, 0x44, 0x70, 0x6c, 0x63, 0x1e}
+	if !bytes.Equal(rk[224:], want) {
+		t.Fatalf("last round key %x, want %x", rk[224:], want)
+	}
+}
+
+func BenchmarkGCMOpen(b *testing.B) {
+	for _, size := range []int{4096, 32768} {
+		key := make([]byte, 32)
+		nonce := make([]byte, 12)
+		plain := make([]byte, size)
+		aad := make([]byte, 40)
+		for _, c := range []struct {
+			name string
+			g    cipher.AEAD
+		}{{"go", stdGCM(b, key)}, {"vaes", newVAESGCM(key)}} {
+			if c.g == nil {
+				continue
+			}
+			sealed := c.g.Seal(nil, nonce, plain, aad)
+			b.Run(c.name+"/"+itoa(size), func(b *testing.B) {
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					if _, err := c.g.Open(plain[:0], nonce, sealed, aad); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func itoa(n int) string {
+	if n >= 1024 {
+		return itoa(n/1024) + "KiB"
+	}
+	return string(rune('0'+n/1000%10)) + string(rune('0'+n/100%10)) + string(rune('0'+n/10%10)) + string(rune('0'+n%10))
+}
+
+// TestXAESUsesVAES checks that derived keys get the VAES AES-GCM where the
+// CPU runs it, and Go's where it does not.
+func TestXAESUsesVAES(t *testing.T) {
+	x, err := newXAES(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nonce := make([]byte, 24)
+	if _, fast := x.gcm(nonce).(*vaesGCM); fast != vaesGCMOK {
+		t.Fatalf("derived AES-GCM is the VAES one: %v, CPU runs it: %v", fast, vaesGCMOK)
+	}
+	ok := vaesGCMOK
+	defer func() { vaesGCMOK = ok }()
+	vaesGCMOK = false
+	if _, fast := x.gcm(nonce).(*vaesGCM); fast {
+		t.Fatal("VAES AES-GCM used with vaesGCMOK false")
+	}
+}
