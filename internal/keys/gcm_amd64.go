@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/binary"
 	"errors"
+	"unsafe"
 
 	"golang.org/x/sys/cpu"
 )
@@ -27,6 +28,9 @@ var vaesGCMOK = cpu.X86.HasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && 
 func ctrBlocks(rk *[240]byte, ctr *[16]byte, dst, src *byte, n int)
 
 //go:noescape
+func expandKey256(key *[32]byte, rk *[240]byte)
+
+//go:noescape
 func ghashBlocks(acc *[16]byte, hpow *[256]byte, data *byte, n int)
 
 // vaesGCM is an AES-256-GCM cipher.AEAD with 12-byte nonces and 16-byte
@@ -43,7 +47,7 @@ func newVAESGCM(key []byte) cipher.AEAD {
 		return nil
 	}
 	g := &vaesGCM{}
-	expandKey256(key, &g.rk)
+	expandKey256((*[32]byte)(key), &g.rk)
 	var zero, h [64]byte
 	var ctr [16]byte
 	ctrBlocks(&g.rk, &ctr, &h[0], &zero[0], 4) // h[:16] = AES_K(0^128)
@@ -73,6 +77,10 @@ func hPrime(h [16]byte) [16]byte {
 	return out
 }
 
+// gcmMaxPlain is the longest message GCM takes, (2^32 - 2) blocks: the
+// 32-bit counter starts at 2 and must not come round to the tag's 1.
+const gcmMaxPlain = (1<<32 - 2) * 16
+
 func (*vaesGCM) NonceSize() int { return 12 }
 func (*vaesGCM) Overhead() int  { return 16 }
 
@@ -84,7 +92,13 @@ func (g *vaesGCM) Seal(dst, nonce, plain, aad []byte) []byte {
 	if len(nonce) != 12 {
 		panic("keys: AES-GCM nonce of the wrong length")
 	}
+	if uint64(len(plain)) > gcmMaxPlain {
+		panic("keys: AES-GCM message too long")
+	}
 	ret, out := sliceForAppend(dst, len(plain)+16)
+	if inexactOverlap(out[:len(plain)], plain) {
+		panic("keys: AES-GCM output overlaps the input other than exactly")
+	}
 	ct := out[:len(plain)]
 	ctr := counterBlock(nonce, 2)
 	g.ctr(&ctr, ct, plain)
@@ -99,15 +113,18 @@ func (g *vaesGCM) Open(dst, nonce, sealed, aad []byte) ([]byte, error) {
 	if len(nonce) != 12 {
 		panic("keys: AES-GCM nonce of the wrong length")
 	}
-	if len(sealed) < 16 {
+	if len(sealed) < 16 || uint64(len(sealed)) > gcmMaxPlain+16 {
 		return nil, errGCMOpen
 	}
 	ct, tag := sealed[:len(sealed)-16], sealed[len(sealed)-16:]
+	ret, out := sliceForAppend(dst, len(ct))
+	if inexactOverlap(out, sealed) {
+		panic("keys: AES-GCM output overlaps the input other than exactly")
+	}
 	want := g.tag(nonce, aad, ct)
 	if subtle.ConstantTimeCompare(want[:], tag) != 1 {
 		return nil, errGCMOpen
 	}
-	ret, out := sliceForAppend(dst, len(ct))
 	ctr := counterBlock(nonce, 2)
 	g.ctr(&ctr, out, ct)
 	return ret, nil
@@ -165,6 +182,17 @@ func (g *vaesGCM) ghash(acc *[16]byte, b []byte) {
 		copy(last[:], b[full:])
 		ghashBlocks(acc, &g.hpow, &last[0], 1)
 	}
+}
+
+// inexactOverlap reports whether x and y share memory at different
+// offsets: an output written block by block over such an input would
+// read bytes it has already overwritten.
+func inexactOverlap(x, y []byte) bool {
+	if len(x) == 0 || len(y) == 0 || &x[0] == &y[0] {
+		return false
+	}
+	x0, y0 := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
+	return x0 <= y0+uintptr(len(y)-1) && y0 <= x0+uintptr(len(x)-1)
 }
 
 // sliceForAppend extends in by n bytes, reallocating if needed, and

@@ -44,7 +44,7 @@ DATA ctrStep<>+56(SB)/8, $0
 GLOBL ctrStep<>(SB), RODATA|NOPTR, $64
 
 // func ctrBlocks(rk *[240]byte, ctr *[16]byte, dst, src *byte, n int)
-// XORs n blocks (a multiple of 4) of src with the keystream from the
+// XORs n blocks (a multiple of 4; any rest is left alone) of src with the keystream from the
 // counter block *ctr into dst, and leaves *ctr at the next counter.
 TEXT ·ctrBlocks(SB), NOSPLIT, $0-40
 	MOVQ rk+0(FP), AX
@@ -159,8 +159,8 @@ ctr16:
 	JAE ctr16
 
 ctr4:
-	TESTQ CX, CX
-	JE ctrdone
+	CMPQ CX, $4
+	JB ctrdone
 	VPSHUFB Z2, Z0, Z4
 	VPADDD Z1, Z0, Z0
 	VPXORQ Z16, Z4, Z4
@@ -188,6 +188,22 @@ ctr4:
 ctrdone:
 	VPSHUFB X2, X0, X0
 	VMOVDQU X0, (BX)
+	// The key schedule stays in no register (VZEROUPPER leaves Z16-Z31).
+	VPXORQ Z16, Z16, Z16
+	VPXORQ Z17, Z17, Z17
+	VPXORQ Z18, Z18, Z18
+	VPXORQ Z19, Z19, Z19
+	VPXORQ Z20, Z20, Z20
+	VPXORQ Z21, Z21, Z21
+	VPXORQ Z22, Z22, Z22
+	VPXORQ Z23, Z23, Z23
+	VPXORQ Z24, Z24, Z24
+	VPXORQ Z25, Z25, Z25
+	VPXORQ Z26, Z26, Z26
+	VPXORQ Z27, Z27, Z27
+	VPXORQ Z28, Z28, Z28
+	VPXORQ Z29, Z29, Z29
+	VPXORQ Z30, Z30, Z30
 	VZEROUPPER
 	RET
 
@@ -303,4 +319,63 @@ ghash1loop:
 ghashdone:
 	VMOVDQU X0, (DI)
 	VZEROUPPER
+	RET
+
+// SPREAD sets each 32-bit word of x to the XOR of it and the words below
+// it: the running XOR by which each round key's words follow from the
+// last-but-one round key's (FIPS 197, 5.2). X4 is scratch.
+#define SPREAD(x) \
+	VPSLLDQ $4, x, X4 \
+	VPXOR X4, x, x \
+	VPSLLDQ $4, X4, X4 \
+	VPXOR X4, x, x \
+	VPSLLDQ $4, X4, X4 \
+	VPXOR X4, x, x
+
+// KEYEVEN makes round key 2i in X1 from X1 (key 2i-2) and X3 (key 2i-1),
+// with SubWord(RotWord(last word of X3)) ^ rcon, and stores it at off.
+#define KEYEVEN(rcon, off) \
+	AESKEYGENASSIST $rcon, X3, X2 \
+	VPSHUFD $0xff, X2, X2 \
+	SPREAD(X1) \
+	VPXOR X2, X1, X1 \
+	VMOVDQU X1, off(DI)
+
+// KEYODD makes round key 2i+1 in X3 from X3 (key 2i-1) and X1 (key 2i),
+// with SubWord(last word of X1), and stores it at off.
+#define KEYODD(off) \
+	AESKEYGENASSIST $0x00, X1, X2 \
+	VPSHUFD $0xaa, X2, X2 \
+	SPREAD(X3) \
+	VPXOR X2, X3, X3 \
+	VMOVDQU X3, off(DI)
+
+// func expandKey256(key *[32]byte, rk *[240]byte)
+// The AES-256 key schedule: 15 round keys, in the byte order AESENC
+// takes them. AESKEYGENASSIST does the S-box lookups, so no secret byte
+// indexes a table.
+TEXT ·expandKey256(SB), NOSPLIT, $0-16
+	MOVQ key+0(FP), AX
+	MOVQ rk+8(FP), DI
+	VMOVDQU 0(AX), X1
+	VMOVDQU 16(AX), X3
+	VMOVDQU X1, 0(DI)
+	VMOVDQU X3, 16(DI)
+	KEYEVEN(0x01, 32)
+	KEYODD(48)
+	KEYEVEN(0x02, 64)
+	KEYODD(80)
+	KEYEVEN(0x04, 96)
+	KEYODD(112)
+	KEYEVEN(0x08, 128)
+	KEYODD(144)
+	KEYEVEN(0x10, 160)
+	KEYODD(176)
+	KEYEVEN(0x20, 192)
+	KEYODD(208)
+	KEYEVEN(0x40, 224)
+	VPXOR X1, X1, X1
+	VPXOR X2, X2, X2
+	VPXOR X3, X3, X3
+	VPXOR X4, X4, X4
 	RET

@@ -11,8 +11,9 @@ import (
 	"testing"
 )
 
-// requireVAES skips where the CPU cannot run gcm_amd64.s (the other path
-// is Go's own AES-GCM), failing in CI on a CPU that should.
+// requireVAES skips where the CPU cannot run gcm_amd64.s: Go's own
+// AES-GCM then serves, which the XAES tests check (bothGCMs). A CPU
+// feature cannot be installed, so this skip holds in CI too.
 func requireVAES(t testing.TB) {
 	t.Helper()
 	if !vaesGCMOK {
@@ -71,6 +72,87 @@ func TestVAESGCMMatchesGo(t *testing.T) {
 	}
 }
 
+// TestVAESGCMBuffers seals in place and into spare capacity, and checks
+// that an output overlapping its input other than exactly panics, as with
+// Go's AES-GCM, instead of reading bytes it has overwritten.
+func TestVAESGCMBuffers(t *testing.T) {
+	requireVAES(t)
+	key, nonce, aad := make([]byte, 32), make([]byte, 12), []byte("aad")
+	rand.Read(key)
+	rand.Read(nonce)
+	fast, std := newVAESGCM(key), stdGCM(t, key)
+	plain := make([]byte, 1000)
+	rand.Read(plain)
+	want := std.Seal(nil, nonce, plain, aad)
+
+	buf := make([]byte, 8, 8+len(plain)+16+5)
+	in := append(buf, plain...) // plain in place, with room for the tag
+	got := fast.Seal(in[:8], nonce, in[8:], aad)
+	if !bytes.Equal(got[8:], want) || &got[0] != &buf[:1][0] {
+		t.Fatal("seal in place: wrong bytes or a new buffer")
+	}
+	opened, err := fast.Open(got[8:8], nonce, got[8:], aad)
+	if err != nil || !bytes.Equal(opened, plain) {
+		t.Fatalf("open in place after seal in place: %v", err)
+	}
+
+	spare := make([]byte, 3, 3+len(want))
+	got, err = fast.Open(spare, nonce, want, aad)
+	if err != nil || !bytes.Equal(got[3:], plain) || &got[0] != &spare[:1][0] {
+		t.Fatalf("open into spare capacity: %v", err)
+	}
+
+	mustPanic := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("%s: no panic", what)
+			}
+		}()
+		f()
+	}
+	shared := make([]byte, 2*len(want))
+	copy(shared[1:], want)
+	mustPanic("open one byte past its input", func() { fast.Open(shared[2:2], nonce, shared[1:1+len(want)], aad) })
+	mustPanic("open one byte before its input", func() { fast.Open(shared[:0], nonce, shared[1:1+len(want)], aad) })
+	copy(shared[1:], plain)
+	mustPanic("seal one byte past its input", func() { fast.Seal(shared[2:2], nonce, shared[1:1+len(plain)], aad) })
+}
+
+// TestVAESCounterWraps runs the keystream across the 32-bit counter's
+// wrap, in both of ctrBlocks' loops, against AES of each counter block
+// made the way GCM makes them: only the low 32 bits count, modulo 2^32.
+func TestVAESCounterWraps(t *testing.T) {
+	requireVAES(t)
+	key := make([]byte, 32)
+	rand.Read(key)
+	g := newVAESGCM(key).(*vaesGCM)
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0xff}
+	for _, start := range []uint32{0xffffffe5, 0xfffffff0, 0xfffffffd, 0xffffffff, 0x7fffffff, 0} {
+		for _, n := range []int{4, 8, 16, 20, 64} {
+			ctr := counterBlock(prefix, start)
+			src := make([]byte, 16*n)
+			dst := make([]byte, 16*n)
+			ctrBlocks(&g.rk, &ctr, &dst[0], &src[0], n)
+			for i := 0; i < n; i++ {
+				cb := counterBlock(prefix, start+uint32(i))
+				var ks [16]byte
+				block.Encrypt(ks[:], cb[:])
+				if !bytes.Equal(dst[16*i:16*i+16], ks[:]) {
+					t.Fatalf("start %#x, %d blocks: block %d is not AES of counter %#x", start, n, i, start+uint32(i))
+				}
+			}
+			if next := counterBlock(prefix, start+uint32(n)); ctr != next {
+				t.Fatalf("start %#x, %d blocks: next counter block %x, want %x", start, n, ctr, next)
+			}
+		}
+	}
+}
+
 // TestVAESGCMRejects checks that a flipped bit anywhere in the ciphertext,
 // tag, AAD or nonce fails authentication and writes nothing.
 func TestVAESGCMRejects(t *testing.T) {
@@ -121,7 +203,7 @@ func TestExpandKey256(t *testing.T) {
 		0x60, 0x3d, 0xeb, 0x10, 0x15, 0xca, 0x71, 0xbe, 0x2b, 0x73, 0xae, 0xf0, 0x85, 0x7d, 0x77, 0x81,
 		0x1f, 0x35, 0x2c, 0x07, 0x3b, 0x61, 0x08, 0xd7, 0x2d, 0x98, 0x10, 0xa3, 0x09, 0x14, 0xdf, 0xf4}
 	var rk [240]byte
-	expandKey256(key, &rk)
+	expandKey256((*[32]byte)(key), &rk)
 	want := []byte{0xfe, 0x48, 0x90, 0xd1, 0xe6, 0x18, 0x8d, 0x0b, 0x04, 0x6d, 0xf3, 0x44, 0x70, 0x6c, 0x63, 0x1e}
 	if !bytes.Equal(rk[224:], want) {
 		t.Fatalf("last round key %x, want %x", rk[224:], want)
