@@ -22,7 +22,7 @@ import (
 // vaesGCMOK reports whether the CPU (and the OS, which must save the
 // 512-bit registers) can run gcm_amd64.s. A variable, for tests.
 var vaesGCMOK = cpu.X86.HasAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL &&
-	cpu.X86.HasAVX512VAES && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ
+	cpu.X86.HasAVX512VAES && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasPCLMULQDQ && cpu.X86.HasAES
 
 //go:noescape
 func ctrBlocks(rk *[240]byte, ctr *[16]byte, dst, src *byte, n int)
