@@ -31,6 +31,9 @@ func ctrBlocks(rk *[240]byte, ctr *[16]byte, dst, src *byte, n int)
 func expandKey256(key *[32]byte, rk *[240]byte)
 
 //go:noescape
+func gcmOpenBlocks(rk *[240]byte, hpow *[256]byte, acc, ctr *[16]byte, dst, src *byte, n int)
+
+//go:noescape
 func ghashBlocks(acc *[16]byte, hpow *[256]byte, data *byte, n int)
 
 // vaesGCM is an AES-256-GCM cipher.AEAD with 12-byte nonces and 16-byte
@@ -108,7 +111,8 @@ func (g *vaesGCM) Seal(dst, nonce, plain, aad []byte) []byte {
 }
 
 // Open authenticates ciphertext||tag and appends its decryption to dst;
-// dst and sealed may overlap exactly. Nothing is written on failure.
+// dst and sealed may overlap exactly. On failure the bytes it wrote are
+// zeroes (in place, the ciphertext is gone, as with Go's AES-GCM).
 func (g *vaesGCM) Open(dst, nonce, sealed, aad []byte) ([]byte, error) {
 	if len(nonce) != 12 {
 		panic("keys: AES-GCM nonce of the wrong length")
@@ -121,12 +125,24 @@ func (g *vaesGCM) Open(dst, nonce, sealed, aad []byte) ([]byte, error) {
 	if inexactOverlap(out, sealed) {
 		panic("keys: AES-GCM output overlaps the input other than exactly")
 	}
-	want := g.tag(nonce, aad, ct)
+	// Whole 256-byte stretches are hashed and decrypted in one pass
+	// (gcmOpenBlocks), the rest hashed before it is decrypted (in place,
+	// decrypting first would hash plaintext).
+	var acc [16]byte
+	g.ghash(&acc, aad)
+	ctr := counterBlock(nonce, 2)
+	full := len(ct) &^ 255
+	if full > 0 {
+		gcmOpenBlocks(&g.rk, &g.hpow, &acc, &ctr, &out[0], &ct[0], full/16)
+	}
+	g.ghash(&acc, ct[full:])
+	want := g.finish(&acc, nonce, len(aad), len(ct))
+	g.ctr(&ctr, out[full:], ct[full:])
 	if subtle.ConstantTimeCompare(want[:], tag) != 1 {
+		// As Go's AES-GCM: no plaintext of a forgery is left behind.
+		clear(out)
 		return nil, errGCMOpen
 	}
-	ctr := counterBlock(nonce, 2)
-	g.ctr(&ctr, out, ct)
 	return ret, nil
 }
 
@@ -157,10 +173,16 @@ func (g *vaesGCM) tag(nonce, aad, ct []byte) [16]byte {
 	var acc [16]byte
 	g.ghash(&acc, aad)
 	g.ghash(&acc, ct)
+	return g.finish(&acc, nonce, len(aad), len(ct))
+}
+
+// finish returns the tag from acc, which holds the AAD and ciphertext
+// folded in: their lengths folded in too, and the result masked.
+func (g *vaesGCM) finish(acc *[16]byte, nonce []byte, aadLen, ctLen int) [16]byte {
 	var lens [16]byte
-	binary.BigEndian.PutUint64(lens[:8], uint64(len(aad))*8)
-	binary.BigEndian.PutUint64(lens[8:], uint64(len(ct))*8)
-	ghashBlocks(&acc, &g.hpow, &lens[0], 1)
+	binary.BigEndian.PutUint64(lens[:8], uint64(aadLen)*8)
+	binary.BigEndian.PutUint64(lens[8:], uint64(ctLen)*8)
+	ghashBlocks(acc, &g.hpow, &lens[0], 1)
 	var mask, zero [64]byte
 	j0 := counterBlock(nonce, 1)
 	ctrBlocks(&g.rk, &j0, &mask[0], &zero[0], 4)
