@@ -283,7 +283,9 @@ func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
 		return []extentPointer{{from, p}}, nil
 	}
 	lo, hi := schema.ExtentRange(ino, from, to)
-	var out []extentPointer
+	// Room for every extent of the range (a stream's read-ahead asks for
+	// 768), bounded for sparse files asked about large ranges.
+	out := make([]extentPointer, 0, min(to-from, 4096))
 	err := e.scan(lo, hi, func(k, v []byte) error {
 		_, idx, err := schema.ParseExtentKey(k)
 		if err != nil {

@@ -406,9 +406,10 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 	es := int64(n.es())
 	first := uint64(off / es)
 	last := uint64((off + int64(len(p)) - 1) / es)
-	var runIdx []uint64
-	var runIDs []segment.FrameID
-	var runPtrs []segment.Pointer
+	runCap := min(last-first+1, 64) // a run is at most 64 frames
+	runIdx := make([]uint64, 0, runCap)
+	runIDs := make([]segment.FrameID, 0, runCap)
+	runPtrs := make([]segment.Pointer, 0, runCap)
 	// placeFrom copies extent idx's part of [off, off+len(p)) into p from data,
 	// which holds the extent's bytes from base on (zeroes after it). With
 	// vec, data that is lent is listed there instead of copied.
