@@ -212,6 +212,28 @@ func TestExpandKey256(t *testing.T) {
 	}
 }
 
+func BenchmarkGCMSeal(b *testing.B) {
+	for _, size := range []int{4096, 32768} {
+		key, nonce := make([]byte, 32), make([]byte, 12)
+		plain, aad := make([]byte, size), make([]byte, 40)
+		out := make([]byte, 0, size+16)
+		for _, c := range []struct {
+			name string
+			g    cipher.AEAD
+		}{{"go", stdGCM(b, key)}, {"vaes", newVAESGCM(key)}} {
+			if c.g == nil {
+				continue
+			}
+			b.Run(c.name+"/"+itoa(size), func(b *testing.B) {
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					c.g.Seal(out[:0], nonce, plain, aad)
+				}
+			})
+		}
+	}
+}
+
 func BenchmarkGCMOpen(b *testing.B) {
 	for _, size := range []int{4096, 32768} {
 		key := make([]byte, 32)
