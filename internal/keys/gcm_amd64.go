@@ -34,6 +34,9 @@ func expandKey256(key *[32]byte, rk *[240]byte)
 func gcmOpenBlocks(rk *[240]byte, hpow *[256]byte, acc, ctr *[16]byte, dst, src *byte, n int)
 
 //go:noescape
+func encryptBlock(rk *[240]byte, dst, src *[16]byte)
+
+//go:noescape
 func ghashBlocks(acc *[16]byte, hpow *[256]byte, data *byte, n int)
 
 // vaesGCM is an AES-256-GCM cipher.AEAD with 12-byte nonces and 16-byte
@@ -51,10 +54,9 @@ func newVAESGCM(key []byte) cipher.AEAD {
 	}
 	g := &vaesGCM{}
 	expandKey256((*[32]byte)(key), &g.rk)
-	var zero, h [64]byte
-	var ctr [16]byte
-	ctrBlocks(&g.rk, &ctr, &h[0], &zero[0], 4) // h[:16] = AES_K(0^128)
-	hp := hPrime([16]byte(h[:16]))
+	var zero, h [16]byte
+	encryptBlock(&g.rk, &h, &zero) // H = AES_K(0^128)
+	hp := hPrime(h)
 	copy(g.hpow[240:], hp[:])
 	// H^(k+1) = H^k * H: a block of zeroes folded into an accumulator
 	// holding H^k multiplies it by H.
@@ -103,9 +105,14 @@ func (g *vaesGCM) Seal(dst, nonce, plain, aad []byte) []byte {
 		panic("keys: AES-GCM output overlaps the input other than exactly")
 	}
 	ct := out[:len(plain)]
+	// Encrypted, then hashed: one pass for both (as Open has) was no
+	// faster, the hash of a stretch waiting for its encryption.
 	ctr := counterBlock(nonce, 2)
 	g.ctr(&ctr, ct, plain)
-	tag := g.tag(nonce, aad, ct)
+	var acc [16]byte
+	g.ghash(&acc, aad)
+	g.ghash(&acc, ct)
+	tag := g.finish(&acc, nonce, len(aad), len(ct))
 	copy(out[len(plain):], tag[:])
 	return ret
 }
@@ -168,14 +175,6 @@ func (g *vaesGCM) ctr(ctr *[16]byte, dst, src []byte) {
 	}
 }
 
-// tag returns the GCM tag of aad and ct under nonce.
-func (g *vaesGCM) tag(nonce, aad, ct []byte) [16]byte {
-	var acc [16]byte
-	g.ghash(&acc, aad)
-	g.ghash(&acc, ct)
-	return g.finish(&acc, nonce, len(aad), len(ct))
-}
-
 // finish returns the tag from acc, which holds the AAD and ciphertext
 // folded in: their lengths folded in too, and the result masked.
 func (g *vaesGCM) finish(acc *[16]byte, nonce []byte, aadLen, ctLen int) [16]byte {
@@ -183,9 +182,9 @@ func (g *vaesGCM) finish(acc *[16]byte, nonce []byte, aadLen, ctLen int) [16]byt
 	binary.BigEndian.PutUint64(lens[:8], uint64(aadLen)*8)
 	binary.BigEndian.PutUint64(lens[8:], uint64(ctLen)*8)
 	ghashBlocks(acc, &g.hpow, &lens[0], 1)
-	var mask, zero [64]byte
+	var mask [16]byte
 	j0 := counterBlock(nonce, 1)
-	ctrBlocks(&g.rk, &j0, &mask[0], &zero[0], 4)
+	encryptBlock(&g.rk, &mask, &j0)
 	var t [16]byte
 	for i := range t {
 		t[i] = acc[15-i] ^ mask[i]

@@ -459,3 +459,28 @@ opendone:
 	CLEARKEYS
 	VZEROUPPER
 	RET
+
+// func encryptBlock(rk *[240]byte, dst, src *[16]byte)
+// One AES-256 block: the tag's mask and H.
+TEXT ·encryptBlock(SB), NOSPLIT, $0-24
+	MOVQ rk+0(FP), AX
+	MOVQ dst+8(FP), DI
+	MOVQ src+16(FP), SI
+	VMOVDQU (SI), X0
+	VPXOR (AX), X0, X0
+	VAESENC 16(AX), X0, X0
+	VAESENC 32(AX), X0, X0
+	VAESENC 48(AX), X0, X0
+	VAESENC 64(AX), X0, X0
+	VAESENC 80(AX), X0, X0
+	VAESENC 96(AX), X0, X0
+	VAESENC 112(AX), X0, X0
+	VAESENC 128(AX), X0, X0
+	VAESENC 144(AX), X0, X0
+	VAESENC 160(AX), X0, X0
+	VAESENC 176(AX), X0, X0
+	VAESENC 192(AX), X0, X0
+	VAESENC 208(AX), X0, X0
+	VAESENCLAST 224(AX), X0, X0
+	VMOVDQU X0, (DI)
+	RET
