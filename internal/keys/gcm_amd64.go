@@ -43,7 +43,7 @@ func ghashBlocks(acc *[16]byte, hpow *[256]byte, data *byte, n int)
 // tags, byte for byte what cipher.NewGCM(aes.NewCipher(key)) seals.
 type vaesGCM struct {
 	rk   [240]byte // the AES-256 key schedule
-	hpow [256]byte // H^16 .. H^1, premultiplied (hPrime), for ghashBlocks
+	hpow [256]byte // H^16 .. H^1, premultiplied (hPrime), for ghashBlocks and gcmOpenBlocks
 }
 
 // newVAESGCM returns the AES-256-GCM of a 32-byte key, or nil where the
@@ -105,6 +105,7 @@ func (g *vaesGCM) Seal(dst, nonce, plain, aad []byte) []byte {
 		panic("keys: AES-GCM output overlaps the input other than exactly")
 	}
 	ct := out[:len(plain)]
+	mask := g.mask(nonce)
 	// Encrypted, then hashed: one pass for both (as Open has) was no
 	// faster, the hash of a stretch waiting for its encryption.
 	ctr := counterBlock(nonce, 2)
@@ -112,7 +113,7 @@ func (g *vaesGCM) Seal(dst, nonce, plain, aad []byte) []byte {
 	var acc [16]byte
 	g.ghash(&acc, aad)
 	g.ghash(&acc, ct)
-	tag := g.finish(&acc, nonce, len(aad), len(ct))
+	tag := g.finish(&acc, &mask, len(aad), len(ct))
 	copy(out[len(plain):], tag[:])
 	return ret
 }
@@ -135,6 +136,7 @@ func (g *vaesGCM) Open(dst, nonce, sealed, aad []byte) ([]byte, error) {
 	// Whole 256-byte stretches are hashed and decrypted in one pass
 	// (gcmOpenBlocks), the rest hashed before it is decrypted (in place,
 	// decrypting first would hash plaintext).
+	mask := g.mask(nonce)
 	var acc [16]byte
 	g.ghash(&acc, aad)
 	ctr := counterBlock(nonce, 2)
@@ -143,7 +145,7 @@ func (g *vaesGCM) Open(dst, nonce, sealed, aad []byte) ([]byte, error) {
 		gcmOpenBlocks(&g.rk, &g.hpow, &acc, &ctr, &out[0], &ct[0], full/16)
 	}
 	g.ghash(&acc, ct[full:])
-	want := g.finish(&acc, nonce, len(aad), len(ct))
+	want := g.finish(&acc, &mask, len(aad), len(ct))
 	g.ctr(&ctr, out[full:], ct[full:])
 	if subtle.ConstantTimeCompare(want[:], tag) != 1 {
 		// As Go's AES-GCM: no plaintext of a forgery is left behind.
@@ -175,16 +177,22 @@ func (g *vaesGCM) ctr(ctr *[16]byte, dst, src []byte) {
 	}
 }
 
+// mask returns AES_K(J0), J0 = nonce || 1, which masks the tag. It is
+// made before any output is written, which may lie over the nonce.
+func (g *vaesGCM) mask(nonce []byte) [16]byte {
+	var m [16]byte
+	j0 := counterBlock(nonce, 1)
+	encryptBlock(&g.rk, &m, &j0)
+	return m
+}
+
 // finish returns the tag from acc, which holds the AAD and ciphertext
 // folded in: their lengths folded in too, and the result masked.
-func (g *vaesGCM) finish(acc *[16]byte, nonce []byte, aadLen, ctLen int) [16]byte {
+func (g *vaesGCM) finish(acc *[16]byte, mask *[16]byte, aadLen, ctLen int) [16]byte {
 	var lens [16]byte
 	binary.BigEndian.PutUint64(lens[:8], uint64(aadLen)*8)
 	binary.BigEndian.PutUint64(lens[8:], uint64(ctLen)*8)
 	ghashBlocks(acc, &g.hpow, &lens[0], 1)
-	var mask [16]byte
-	j0 := counterBlock(nonce, 1)
-	encryptBlock(&g.rk, &mask, &j0)
 	var t [16]byte
 	for i := range t {
 		t[i] = acc[15-i] ^ mask[i]

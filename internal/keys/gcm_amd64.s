@@ -361,9 +361,11 @@ TEXT ·expandKey256(SB), NOSPLIT, $0-16
 // func gcmOpenBlocks(rk *[240]byte, hpow *[256]byte, acc, ctr *[16]byte, dst, src *byte, n int)
 // Decrypts n blocks (a multiple of 16; any rest is left alone) of src
 // into dst with the keystream from *ctr, folding the ciphertext into
-// *acc as ghashBlocks does, in one pass: each ciphertext block is loaded
-// once, and the AES rounds run beside the carry-less multiplies. dst may
-// be src exactly. Leaves *ctr at the next counter.
+// *acc as ghashBlocks does, in one pass over the ciphertext (each
+// stretch read into registers for GHASH and again, from the cache, for
+// the XOR), the AES rounds running beside the carry-less multiplies. dst
+// may be src exactly: a stretch is read before it is written. Leaves
+// *ctr at the next counter.
 TEXT ·gcmOpenBlocks(SB), NOSPLIT, $0-56
 	MOVQ rk+0(FP), AX
 	MOVQ hpow+8(FP), BX
