@@ -6,7 +6,6 @@ import (
 	"crypto/cipher"
 	"crypto/subtle"
 	"encoding/binary"
-	"errors"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -89,8 +88,6 @@ const gcmMaxPlain = (1<<32 - 2) * 16
 func (*vaesGCM) NonceSize() int { return 12 }
 func (*vaesGCM) Overhead() int  { return 16 }
 
-var errGCMOpen = errors.New("keys: message authentication failed")
-
 // Seal appends the encryption of plain and its tag to dst; dst and plain
 // may overlap exactly.
 func (g *vaesGCM) Seal(dst, nonce, plain, aad []byte) []byte {
@@ -126,7 +123,7 @@ func (g *vaesGCM) Open(dst, nonce, sealed, aad []byte) ([]byte, error) {
 		panic("keys: AES-GCM nonce of the wrong length")
 	}
 	if len(sealed) < 16 || uint64(len(sealed)) > gcmMaxPlain+16 {
-		return nil, errGCMOpen
+		return nil, ErrAuth
 	}
 	ct, tag := sealed[:len(sealed)-16], sealed[len(sealed)-16:]
 	ret, out := sliceForAppend(dst, len(ct))
@@ -150,7 +147,7 @@ func (g *vaesGCM) Open(dst, nonce, sealed, aad []byte) ([]byte, error) {
 	if subtle.ConstantTimeCompare(want[:], tag) != 1 {
 		// As Go's AES-GCM: no plaintext of a forgery is left behind.
 		clear(out)
-		return nil, errGCMOpen
+		return nil, ErrAuth
 	}
 	return ret, nil
 }

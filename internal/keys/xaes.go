@@ -35,9 +35,9 @@ type xaes struct {
 }
 
 // gcmCacheSize is how many derived AES-GCM instances an xaes keeps for
-// opening (about 1 KiB each with Go's AES-GCM, 0.5 KiB with gcm_amd64.s): one per group of pieces sealed together
-// (Sealer), up to 8 frames of up to 32 KiB, so 4,096 cover the groups of a
-// 1 GiB file. A random 4 KiB read opens one piece; deriving its group's
+// opening (about 1 KiB each with Go's AES-GCM, 0.5 KiB with gcm_amd64.s):
+// one per group of pieces sealed together (Sealer), up to 8 frames of up
+// to 32 KiB, so 4,096 cover the groups of a 1 GiB file. A random 4 KiB read opens one piece; deriving its group's
 // key, schedule and GCM tables again cost about 4 us of the ~75 us of CPU
 // such a read takes, and allocated two objects.
 const gcmCacheSize = 4096
