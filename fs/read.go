@@ -363,16 +363,17 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 }
 
 // readPieces reads bytes [from, to) of extent idx, whose frame ptr has
-// pieces, and places them with place; with misses, a cache-only attempt
-// that did not find them records the extent there instead.
-func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Pointer, from, to int64,
+// pieces, into dst (to-from bytes), and places them with place; with
+// misses, a cache-only attempt that did not find them records the extent
+// there instead.
+func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Pointer, from, to int64, dst []byte,
 	place func(idx uint64, data []byte, base int64, lent bool), misses *[]storeMiss) error {
 	if from >= to { // only the zeroes past the stored bytes
 		place(idx, nil, 0, false)
 		return nil
 	}
 	id := segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}
-	data, err := e.rd.ReadPart(ctx, id, ptr, int(from), int(to))
+	err := e.rd.ReadPartTo(ctx, id, ptr, int(from), int(to), dst)
 	if misses != nil && missed(ctx, err) {
 		*misses = append(*misses, storeMiss{[]segment.FrameID{id}, []segment.Pointer{ptr}})
 		return nil
@@ -380,7 +381,7 @@ func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Po
 	if err != nil {
 		return err
 	}
-	place(idx, data, from, false)
+	place(idx, dst, from, false) // copies dst onto itself; 4 KiB at most costs nothing here
 	return nil
 }
 
@@ -562,7 +563,8 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 				if err := flush(); err != nil {
 					return err
 				}
-				if err := e.readPieces(ctx, n.ino, idx, ptr, from, to, placeFrom, misses); err != nil {
+				at := start + from - off // where the bytes go in p
+				if err := e.readPieces(ctx, n.ino, idx, ptr, from, to, p[at:at+max(to-from, 0)], placeFrom, misses); err != nil {
 					return err
 				}
 				continue

@@ -128,6 +128,70 @@ func TestPointerFrameLengths(t *testing.T) {
 	}
 }
 
+// ReadPartTo writes exactly [from, to) into its buffer on every path: the
+// pieces opened straight into it, pieces opened elsewhere and copied (a
+// range that does not start or end at a piece), a cached frame, a whole
+// frame, and the disk cache's pieces; and it leaves the bytes around
+// the buffer alone.
+func TestReadPartTo(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 4) // odd frames are random: pieced
+	i := 1
+	p, plain := f.ps[i], f.plains[i]
+	if !p.IsPieced() {
+		t.Fatalf("frame %d is not pieced: %+v", i, p)
+	}
+	n := int(p.PlainLen)
+	ranges := [][2]int{{0, PieceSize}, {PieceSize, 3 * PieceSize}, {5000, 9000}, {1, 2}, {(n - 1) / PieceSize * PieceSize, n}, {n - 3, n}}
+	check := func(name string, r *Reader, id FrameID, p Pointer, plain []byte, rg [2]int) {
+		t.Helper()
+		buf := bytes.Repeat([]byte{0xa5}, rg[1]-rg[0]+2)
+		dst := buf[1 : len(buf)-1]
+		if err := r.ReadPartTo(ctx, id, p, rg[0], rg[1], dst); err != nil {
+			t.Fatalf("%s: ReadPartTo [%d,%d): %v", name, rg[0], rg[1], err)
+		}
+		if !bytes.Equal(dst, plain[rg[0]:rg[1]]) || buf[0] != 0xa5 || buf[len(buf)-1] != 0xa5 {
+			t.Fatalf("%s: ReadPartTo [%d,%d) wrote the wrong bytes", name, rg[0], rg[1])
+		}
+	}
+	r := f.reader(t, ReaderOptions{})
+	for _, rg := range ranges {
+		check("store", r, f.ids[i], p, plain, rg)
+	}
+	if err := r.ReadPartTo(ctx, f.ids[i], p, 0, 10, make([]byte, 11)); err == nil {
+		t.Fatal("ReadPartTo with a buffer of the wrong size succeeded")
+	}
+	check("whole frame", r, f.ids[0], f.ps[0], f.plains[0], [2]int{100, 200})
+	f.readAll(t, r, i)
+	f.cs.reset()
+	for _, rg := range ranges {
+		check("memory cache", r, f.ids[i], p, plain, rg)
+	}
+	if f.cs.total() != 0 {
+		t.Fatalf("%d store requests for a cached frame", f.cs.total())
+	}
+	// A piece that fails authentication leaves an error, not bytes.
+	bad := f.ids[i]
+	bad.Gen++
+	if err := f.reader(t, ReaderOptions{MemoryBytes: -1}).ReadPartTo(ctx, bad, p, 0, PieceSize, make([]byte, PieceSize)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ReadPartTo for another id: %v, want ErrCorrupt", err)
+	}
+
+	dir := t.TempDir()
+	rd := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
+	check("fetched whole", rd, f.ids[i], p, plain, ranges[1])
+	rd.disk.sync()
+	rd.Close()
+	rd = f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
+	f.cs.reset()
+	for _, rg := range ranges {
+		check("disk cache", rd, f.ids[i], p, plain, rg)
+	}
+	if f.cs.total() != 0 {
+		t.Fatalf("%d store requests for pieces the disk cache holds", f.cs.total())
+	}
+}
+
 // ReadPart reads only the pieces it needs: from the store when there is
 // no disk cache, from the disk cache when it holds the frame (no store
 // request), and a whole frame where that is the better read.

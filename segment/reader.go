@@ -414,18 +414,46 @@ func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error
 // as by Read, since that GET costs the same and its neighbours are likely
 // next. The result must not be modified.
 func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to int) ([]byte, error) {
+	return r.readPart(ctx, id, p, from, to, nil)
+}
+
+// ReadPartTo is ReadPart writing the bytes into dst (to-from bytes)
+// instead of returning them. Pieces whose plaintext is exactly
+// [from, to) are decrypted straight into dst: a cold 4 KiB random read
+// then allocates nothing, where a plaintext buffer of its own per read
+// was most of what such reads allocated (76 of 95 MB over 20,000 reads),
+// and the heap growing under them cost a page fault every read or so.
+func (r *Reader) ReadPartTo(ctx context.Context, id FrameID, p Pointer, from, to int, dst []byte) error {
+	if len(dst) != to-from {
+		return fmt.Errorf("segment %s: a buffer of %d bytes for [%d,%d)", Key(p.Segment), len(dst), from, to)
+	}
+	_, err := r.readPart(ctx, id, p, from, to, dst)
+	return err
+}
+
+// readPart is ReadPart, and with dst ReadPartTo; it returns the bytes
+// (dst, with dst).
+func (r *Reader) readPart(ctx context.Context, id FrameID, p Pointer, from, to int, dst []byte) ([]byte, error) {
 	if err := r.checkPointer(p); err != nil {
 		return nil, err
 	}
 	if from < 0 || to > int(p.PlainLen) || from >= to {
 		return nil, fmt.Errorf("segment %s: read [%d,%d) of a frame of %d bytes", Key(p.Segment), from, to, p.PlainLen)
 	}
+	// deliver returns b, the bytes [from, to), or copies them into dst.
+	deliver := func(b []byte) []byte {
+		if dst == nil {
+			return b
+		}
+		clear(dst[copy(dst, b):])
+		return dst
+	}
 	whole := func() ([]byte, error) {
 		b, err := r.Read(ctx, id, p)
 		if err != nil {
 			return nil, err
 		}
-		return part(b, from, to), nil
+		return deliver(part(b, from, to)), nil
 	}
 	if !p.IsPieced() {
 		return whole()
@@ -440,15 +468,19 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 			r.hold(e.run, nil)
 			r.mu.Unlock()
 			r.memHits.Add(1)
-			return part(e.data, from, to), nil
+			return deliver(part(e.data, from, to)), nil
 		}
 	}
 	r.mu.Unlock()
 	first, a, b := pieceSpan(int(p.PlainLen), from, to)
 	skip := from - first*PieceSize
+	end := min((to+PieceSize-1)/PieceSize*PieceSize, int(p.PlainLen))
+	// direct: the pieces' plaintext is [from, to), dst's bytes exactly.
+	direct := dst != nil && skip == 0 && to == end
 	// The sealed pieces are read into a pooled buffer, past the page
-	// cache where it does not hold them, and opened out of it into one of
-	// the plaintext's size.
+	// cache where it does not hold them, and opened out of it: into dst,
+	// or over the pooled buffer when the bytes are copied out of it into
+	// dst, or into a new buffer of the plaintext's size that is returned.
 	var buf []byte
 	if b-a+objstore.SpanSlack <= pieceBufLen {
 		pb := pieceBufs.Get().(*[pieceBufLen]byte)
@@ -456,11 +488,20 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		buf = pb[:]
 	}
 	open := func(span []byte) ([]byte, error) {
-		if buf == nil {
+		switch {
+		case direct:
+			return openPiecesTo(dst[:0], false, r.k, nil, id, int(p.PlainLen), first, span)
+		case buf == nil || dst != nil:
 			return openPiecesInPlace(r.k, id, int(p.PlainLen), first, span)
 		}
-		end := min((to+PieceSize-1)/PieceSize*PieceSize, int(p.PlainLen))
 		return openPieces(make([]byte, 0, end-first*PieceSize), r.k, id, int(p.PlainLen), first, span)
+	}
+	// got returns the bytes [from, to) out of the pieces' plaintext.
+	got := func(plain []byte) []byte {
+		if direct {
+			return dst
+		}
+		return deliver(part(plain, skip, skip+to-from))
 	}
 	if r.disk != nil {
 		if len(r.disk.present([]Pointer{p}, []int{0})) == 0 {
@@ -475,7 +516,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 			plain, err = open(span)
 			if err == nil {
 				r.diskHits.Add(1)
-				return part(plain, skip, skip+to-from), nil
+				return got(plain), nil
 			}
 			r.diskDamaged(p, "piece read: "+err.Error())
 		} else if !errors.Is(err, errNotCached) {
@@ -498,7 +539,7 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		return nil, r.reportCorrupt(p, "", err)
 	}
 	r.misses.Add(1)
-	return part(plain, skip, skip+to-from), nil
+	return got(plain), nil
 }
 
 // pieceBufLen is the size of the pooled buffers a random read's pieces
