@@ -128,6 +128,17 @@ func TestPointerFrameLengths(t *testing.T) {
 	}
 }
 
+// piecedFixture returns a fixture of four frames and the index of a
+// pieced one (odd frames are random, and so pieced).
+func piecedFixture(t *testing.T) (*fixture, int) {
+	t.Helper()
+	f := newFixture(t, 4)
+	if p := f.ps[1]; !p.IsPieced() {
+		t.Fatalf("frame 1 is not pieced: %+v", p)
+	}
+	return f, 1
+}
+
 // ReadPartTo writes exactly [from, to) into its buffer on every path: the
 // pieces opened straight into it, pieces opened elsewhere and copied (a
 // range that does not start or end at a piece), a cached frame, a whole
@@ -135,12 +146,8 @@ func TestPointerFrameLengths(t *testing.T) {
 // the buffer alone.
 func TestReadPartTo(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t, 4) // odd frames are random: pieced
-	i := 1
+	f, i := piecedFixture(t)
 	p, plain := f.ps[i], f.plains[i]
-	if !p.IsPieced() {
-		t.Fatalf("frame %d is not pieced: %+v", i, p)
-	}
 	n := int(p.PlainLen)
 	ranges := [][2]int{{0, PieceSize}, {PieceSize, 3 * PieceSize}, {5000, 9000}, {1, 2}, {(n - 1) / PieceSize * PieceSize, n}, {n - 3, n}}
 	check := func(name string, r *Reader, id FrameID, p Pointer, plain []byte, rg [2]int) {
@@ -197,12 +204,8 @@ func TestReadPartTo(t *testing.T) {
 // request), and a whole frame where that is the better read.
 func TestReadPartReadsOnlyItsPieces(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t, 4) // odd frames are random: pieced
-	i := 1
+	f, i := piecedFixture(t)
 	p, plain := f.ps[i], f.plains[i]
-	if !p.IsPieced() {
-		t.Fatalf("frame %d is not pieced: %+v", i, p)
-	}
 	from, to := 5000, 9000 // pieces 1 and 2
 	r := f.reader(t, ReaderOptions{})
 	got, err := r.ReadPart(ctx, f.ids[i], p, from, to)
