@@ -31,8 +31,13 @@ const loopbackFSType = "fuse.mountbench"
 // Unless kernelPassthrough, CAP_PASSTHROUGH is withheld: go-fuse's loopback
 // would otherwise hand the kernel its backing file descriptors (Linux 6.9+,
 // as root) and reads and writes would bypass the server altogether, which
-// measures the disk again rather than a FUSE server. go-fuse still splices
-// reads from the backing file into /dev/fuse (its default).
+// measures the disk again rather than a FUSE server. go-fuse still tries
+// to splice each read from the backing file into /dev/fuse (its default),
+// which works where the reply and a page fit in a pipe of
+// /proc/sys/fs/pipe-max-size (1 MiB by default): the 4 KiB random reads.
+// A 1 MiB read's splice is refused ("trySplice: ... max pipe size" in the
+// child's log), and it is read with pread and sent with writev, as
+// ebbfs's replies are.
 func serveLoopback(src, mp string, kernelPassthrough bool) error {
 	root, err := fs.NewLoopbackRoot(src)
 	if err != nil {
