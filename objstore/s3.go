@@ -633,22 +633,28 @@ func (s *S3) ReadRange(ctx context.Context, key string, off int64, dst []byte) e
 		_, err := s.GetRange(ctx, key, off, 0)
 		return err
 	}
-	body, err := s.getRange(ctx, key, off, length)
+	body, _, err := s.getRange(ctx, key, off, length)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
+	return s.readBodyTo(ctx, key, off, body, dst)
+}
+
+// readBodyTo reads the body of the ranged GET of [off, off+len(dst)) of
+// key into dst, and checks that it held exactly those bytes.
+func (s *S3) readBodyTo(ctx context.Context, key string, off int64, body io.Reader, dst []byte) error {
 	n, err := readFull(body, dst)
 	if err != nil {
 		return s.mapErr(ctx, "get", key, err)
 	}
 	if n < len(dst) {
-		return fmt.Errorf("get %s: range [%d,+%d) outside object (got %d bytes)", key, off, length, n)
+		return fmt.Errorf("get %s: range [%d,+%d) outside object (got %d bytes)", key, off, len(dst), n)
 	}
 	// A server that ignored the range sends the whole object.
 	var one [1]byte
 	if k, _ := body.Read(one[:]); k > 0 {
-		return fmt.Errorf("get %s: range [%d,+%d) returned more bytes", key, off, length)
+		return fmt.Errorf("get %s: range [%d,+%d) returned more bytes", key, off, len(dst))
 	}
 	return nil
 }
@@ -669,18 +675,29 @@ func (s *S3) GetRange(ctx context.Context, key string, off, length int64) ([]byt
 		}
 		return []byte{}, nil
 	}
+	body, size, err := s.getRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	// A range past the end of the object is refused on the response's
+	// length, before room is made for it: a length far beyond the object
+	// must not cost its allocation.
+	if size >= 0 && size < length {
+		return nil, fmt.Errorf("get %s: range [%d,+%d) outside object (%d bytes from %d)", key, off, length, size, off)
+	}
 	b := make([]byte, length)
-	if err := s.ReadRange(ctx, key, off, b); err != nil {
+	if err := s.readBodyTo(ctx, key, off, body, b); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
 // getRange sends the ranged GET of length > 0 bytes at off of key and
-// returns the response's body.
-func (s *S3) getRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+// returns the response's body and its announced length (-1: none).
+func (s *S3) getRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, int64, error) {
 	if off < 0 || length <= 0 || off > math.MaxInt64-length {
-		return nil, fmt.Errorf("get %s: invalid range [%d,+%d)", key, off, length)
+		return nil, 0, fmt.Errorf("get %s: invalid range [%d,+%d)", key, off, length)
 	}
 	out, err := s.cli.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: aws.String(s.bucket),
@@ -689,11 +706,15 @@ func (s *S3) getRange(ctx context.Context, key string, off, length int64) (io.Re
 	})
 	if err != nil {
 		if code, status := errCode(err); code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable {
-			return nil, fmt.Errorf("get %s: range [%d,+%d) outside object: %w", key, off, length, err)
+			return nil, 0, fmt.Errorf("get %s: range [%d,+%d) outside object: %w", key, off, length, err)
 		}
-		return nil, s.mapErr(ctx, "get", key, err)
+		return nil, 0, s.mapErr(ctx, "get", key, err)
 	}
-	return out.Body, nil
+	size := int64(-1)
+	if out.ContentLength != nil {
+		size = *out.ContentLength
+	}
+	return out.Body, size, nil
 }
 
 // Head implements Store.

@@ -168,7 +168,9 @@ func testGetRange(t *testing.T, s objstore.Store) {
 	if err := objstore.ReadRange(ctx, s, "segments/00/none", 0, make([]byte, 1)); !objstore.IsNotFound(err) {
 		t.Fatalf("ReadRange of a missing object: %v; want not-found", err)
 	}
-	for _, r := range [][2]int64{{995, 10}, {1001, 0}, {1000, 1}, {-1, 5}, {0, 1001}, {0, -1}, {1, math.MaxInt64}, {math.MaxInt64, 1}} {
+	// Far past the end too: a store must refuse such a range before it
+	// makes room for it (1 TiB here).
+	for _, r := range [][2]int64{{995, 10}, {1001, 0}, {1000, 1}, {-1, 5}, {0, 1001}, {0, -1}, {1, math.MaxInt64}, {math.MaxInt64, 1}, {0, 1 << 40}, {500, 1 << 36}} {
 		if got, err := s.GetRange(ctx, "segments/00/r", r[0], r[1]); err == nil {
 			t.Fatalf("GetRange(%d, %d) past the end = %d bytes, nil; want an error", r[0], r[1], len(got))
 		} else if objstore.IsNotFound(err) {
