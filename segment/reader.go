@@ -490,7 +490,13 @@ func (r *Reader) readPart(ctx context.Context, id FrameID, p Pointer, from, to i
 	open := func(span []byte) ([]byte, error) {
 		switch {
 		case direct:
-			return openPiecesTo(dst[:0], false, r.k, nil, id, int(p.PlainLen), first, span)
+			// Capped at dst's length: the pieces' plaintext is exactly
+			// that long, and never spills into the caller's bytes past it.
+			out, err := openPiecesTo(dst[:0:len(dst)], false, r.k, nil, id, int(p.PlainLen), first, span)
+			if err == nil && (len(out) != len(dst) || &out[0] != &dst[0]) {
+				err = fmt.Errorf("frame (ino %d, extent %d, gen %d): %d bytes of plaintext for [%d,%d): %w", id.Ino, id.Extent, id.Gen, len(out), from, to, ErrCorrupt)
+			}
+			return out, err
 		case buf == nil || dst != nil:
 			return openPiecesInPlace(r.k, id, int(p.PlainLen), first, span)
 		}
