@@ -381,7 +381,7 @@ func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Po
 	if err != nil {
 		return err
 	}
-	place(idx, dst, from, false) // copies dst onto itself; 4 KiB at most costs nothing here
+	place(idx, dst, from, false) // copies dst onto itself (at most an extent), and lists it for a vectored reply
 	return nil
 }
 
