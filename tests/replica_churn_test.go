@@ -237,11 +237,18 @@ func TestReplicaChurn(t *testing.T) {
 		totals.deleted += got.deleted
 		totals.relocated += got.relocated
 	}
-	// While no writer runs, the replica must go on reading.
+	// While no writer runs, the replica must go on reading. A replica
+	// that stops answering fails here, with what it was doing, rather
+	// than hanging the test until the package's timeout.
 	downReads := func(what string, restart func()) {
 		before := passes.Load()
 		restart()
+		start := time.Now()
 		for passes.Load() < before+2 {
+			if time.Since(start) > time.Minute {
+				t.Fatalf("%s: the replica finished %d passes over its files in a minute, want 2; replica status %+v\nreplica log:\n%s\nreplica goroutines:\n%s",
+					what, passes.Load()-before, r.replicaStatus(), tail(rp.out.String(), 60), r.goroutines())
+			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		t.Logf("%s: the replica verified files through the writer's absence", what)
