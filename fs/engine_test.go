@@ -54,11 +54,29 @@ func newTestFSOn(t *testing.T, s objstore.Store) *testFS {
 
 func (f *testFS) open() {
 	f.t.Helper()
-	e, err := Open(context.Background(), Options{Store: f.store, Keys: f.keys, CacheDir: f.t.TempDir(), SegmentTarget: 1 << 20})
+	f.openIn(f.t.TempDir())
+}
+
+// openIn opens the engine with the cache directory dir.
+func (f *testFS) openIn(dir string) {
+	f.t.Helper()
+	e, err := Open(context.Background(), Options{Store: f.store, Keys: f.keys, CacheDir: dir, SegmentTarget: 1 << 20})
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	f.e = e
+}
+
+// joined returns a ReadVec's slices joined, and ends its loan.
+func joined(vecs [][]byte, release func()) []byte {
+	var b []byte
+	for _, v := range vecs {
+		b = append(b, v...)
+	}
+	if release != nil {
+		release()
+	}
+	return b
 }
 
 // reopen closes the engine and opens it again on an empty cache directory,

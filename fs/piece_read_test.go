@@ -79,14 +79,7 @@ func TestRandomPieceReads(t *testing.T) {
 						p = bytes.Repeat([]byte{0x5a}, n)
 						vecs, release, got, err := f.e.ReadVec(ctx, ino, p, int64(off+1)) // off+1: not sequential
 						exp = want[min(off+1, size):min(off+1+n, size)]
-						var joined []byte
-						for _, v := range vecs {
-							joined = append(joined, v...)
-						}
-						if release != nil {
-							release()
-						}
-						if err != nil || got != len(exp) || !bytes.Equal(joined, exp) {
+						if err != nil || got != len(exp) || !bytes.Equal(joined(vecs, release), exp) {
 							t.Fatalf("ReadVec [%d,+%d): %d, %v", off+1, n, got, err)
 						}
 					}
@@ -117,11 +110,7 @@ func TestDamagedDiskPieceRetried(t *testing.T) {
 		if err := f.e.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		e, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: cache, SegmentTarget: 1 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.e = e
+		f.openIn(cache)
 	}
 	open()
 	if got := f.read(ino, len(want), 0); !bytes.Equal(got, want) {
@@ -154,25 +143,14 @@ func TestDamagedDiskPieceRetried(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: cache, SegmentTarget: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.e = e
+	f.openIn(cache)
 	off := int64(2 * es)
 	p := bytes.Repeat([]byte{0xa5}, 4*4096)
 	vecs, release, n, err := f.e.ReadVec(ctx, ino, p, off)
 	if err != nil || n != len(p) {
 		t.Fatalf("%d %v", n, err)
 	}
-	var joined []byte
-	for _, v := range vecs {
-		joined = append(joined, v...)
-	}
-	if release != nil {
-		release()
-	}
-	if !bytes.Equal(joined, want[off:off+int64(len(p))]) {
+	if !bytes.Equal(joined(vecs, release), want[off:off+int64(len(p))]) {
 		t.Fatal("read over a damaged disk-cache piece differs")
 	}
 	st := f.e.Reader().Stats()

@@ -140,15 +140,9 @@ func testReadVec(t *testing.T, f *testFS) {
 	if err != nil || got != size {
 		t.Fatalf("cold sequential read: %d bytes, %v", got, err)
 	}
-	var joined []byte
-	for _, v := range vecs {
-		joined = append(joined, v...)
-	}
-	if release != nil {
-		release()
-	}
+	all := joined(vecs, release)
 	st := f.e.rd.Stats()
-	if !bytes.Equal(joined, want) || !bytes.Equal(p, want) {
+	if !bytes.Equal(all, want) || !bytes.Equal(p, want) {
 		t.Fatal("cold sequential read differs from the file")
 	}
 	if st.MemEntries != 0 || st.Misses == 0 {
