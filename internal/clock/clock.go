@@ -89,3 +89,11 @@ func (f *Fake) SetWall(t time.Time) {
 	defer f.mu.Unlock()
 	f.wall = t
 }
+
+// Waiters is how many timers of After are waiting to fire: a test waits
+// for a loop to be waiting on the clock before it advances it.
+func (f *Fake) Waiters() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.waiters)
+}
