@@ -167,45 +167,7 @@ func (b *bench) overwriteGroup(t *target) {
 	}
 
 	if st.store {
-		var up0 storeCounters
-		var scrapeErr error
-		if t.sock != "" {
-			up0, scrapeErr = scrapeStore(t.sock)
-		}
-		limit := int64(settleLimit * float64(b.o.rwSize))
-		start := time.Now()
-		st.settled = st.end
-		for {
-			if st.settled < limit {
-				st.settleOK = true
-				break
-			}
-			if time.Since(start) >= b.o.rwSettle {
-				break
-			}
-			time.Sleep(time.Second)
-			st.settled = size()
-		}
-		st.settleTime = time.Since(start)
-		if scrapeErr == nil && r.store != nil {
-			if up1, err := scrapeStore(t.sock); err == nil {
-				st.upSettle = r.store.up + up1.up - up0.up
-			}
-		}
-		x := func(n int64) string { return fmt.Sprintf("%.2fx", float64(n)/float64(b.o.rwSize)) }
-		line := fmt.Sprintf("store / file: peak %s, end %s; ", x(st.peak), x(st.end))
-		switch {
-		case st.settleOK:
-			line += fmt.Sprintf("below %.1fx after %v (%s)", settleLimit, st.settleTime.Round(time.Second), x(st.settled))
-		case b.o.rwSettle == 0:
-			line += "no settling (-rw-settle 0)"
-		default:
-			line += fmt.Sprintf("still %s after %v", x(st.settled), st.settleTime.Round(time.Second))
-		}
-		if r.store != nil {
-			line += fmt.Sprintf("; uploaded / written %.2fx", float64(r.store.up)/float64(st.written))
-		}
-		fmt.Fprintf(os.Stderr, "  %-12s %s\n", t.name, line)
+		b.overwriteSettle(t, st, r, size)
 	}
 
 	err := dropCaches()
@@ -219,4 +181,49 @@ func (b *bench) overwriteGroup(t *target) {
 	} else {
 		fmt.Fprintf(os.Stderr, "  %-12s every page of the file verified against the model\n", t.name)
 	}
+}
+
+// overwriteSettle waits (up to -rw-settle) for reclamation to bring the
+// store back near the file's size after the overwrites, and prints what the
+// store held at its peak, at the end and once settled.
+func (b *bench) overwriteSettle(t *target, st *overwriteStats, r result, size func() int64) {
+	var up0 storeCounters
+	var scrapeErr error
+	if t.sock != "" {
+		up0, scrapeErr = scrapeStore(t.sock)
+	}
+	limit := int64(settleLimit * float64(b.o.rwSize))
+	start := time.Now()
+	st.settled = st.end
+	for {
+		if st.settled < limit {
+			st.settleOK = true
+			break
+		}
+		if time.Since(start) >= b.o.rwSettle {
+			break
+		}
+		time.Sleep(time.Second)
+		st.settled = size()
+	}
+	st.settleTime = time.Since(start)
+	if scrapeErr == nil && r.store != nil {
+		if up1, err := scrapeStore(t.sock); err == nil {
+			st.upSettle = r.store.up + up1.up - up0.up
+		}
+	}
+	x := func(n int64) string { return fmt.Sprintf("%.2fx", float64(n)/float64(b.o.rwSize)) }
+	line := fmt.Sprintf("store / file: peak %s, end %s; ", x(st.peak), x(st.end))
+	switch {
+	case st.settleOK:
+		line += fmt.Sprintf("below %.1fx after %v (%s)", settleLimit, st.settleTime.Round(time.Second), x(st.settled))
+	case b.o.rwSettle == 0:
+		line += "no settling (-rw-settle 0)"
+	default:
+		line += fmt.Sprintf("still %s after %v", x(st.settled), st.settleTime.Round(time.Second))
+	}
+	if r.store != nil {
+		line += fmt.Sprintf("; uploaded / written %.2fx", float64(r.store.up)/float64(st.written))
+	}
+	fmt.Fprintf(os.Stderr, "  %-12s %s\n", t.name, line)
 }

@@ -157,8 +157,24 @@ func (b *bench) report(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 
+	b.reportTable(w)
+	if s3 {
+		b.reportS3Table(w)
+	}
+	b.reportFsync(w)
+	b.reportOverwrite(w)
+	b.reportProcesses(w)
+	b.reportServerSide(w)
+	if s3 {
+		b.reportS3ServerSide(w)
+	}
+	b.reportNotes(w)
+}
+
+// reportTable prints the local targets' results and ratios.
+func (b *bench) reportTable(w io.Writer) {
+	o := b.o
 	const rowFmt = "%-38s %-6s %10s %12s %10s %8s %9s  %s\n"
-	const s3Fmt = "%-38s %-6s %10s %9s  %s\n"
 	fmt.Fprintf(w, rowFmt, "workload", "unit", "disk", "passthrough", "ebbfs", "disk/pt", "ebbfs/pt", "target (ebbfs/pt)")
 	fmt.Fprintln(w, strings.Repeat("-", 38+1+6+1+10+1+12+1+10+1+8+1+9+2+18))
 	for _, r := range rowsFor(o) {
@@ -194,38 +210,43 @@ func (b *bench) report(w io.Writer) {
 		cells = append(cells, tgt)
 		fmt.Fprintf(w, rowFmt, cells...)
 	}
-	if s3 {
-		fmt.Fprintln(w)
-		fmt.Fprintf(w, s3Fmt, "workload", "unit", "ebbfs-s3", "s3/pt", "target (ebbfs-s3/pt)")
-		fmt.Fprintln(w, strings.Repeat("-", 38+1+6+1+10+1+9+2+22))
-		for _, r := range rowsFor(o) {
-			m := b.res[r.key]
-			if len(m) == 0 {
-				continue
-			}
-			unit := "MiB/s"
-			if r.ops {
-				unit = "ops/s"
-			}
-			v, ok := m["ebbfs-s3"]
-			x, rok := ratio(m, "ebbfs-s3")
-			rs, tgt := "-", ""
-			if rok {
-				rs = fmt.Sprintf("%.2fx", x)
-			}
-			if t, has := s3Targets[r.key]; has {
-				tgt = fmt.Sprintf(">= %.2fx  %s", t, verdict(rok && x >= t))
-			}
-			if r.key == "rand4k" {
-				tgt = fmt.Sprintf(">= %d ops/s  %s", s3RandTarget, verdict(ok && v.err == nil && v.n >= s3RandTarget))
-			}
-			fmt.Fprintf(w, s3Fmt, r.label, unit, number(r.key, v, ok), rs, tgt)
+}
+
+// reportS3Table prints the S3 target's results against the passthrough.
+func (b *bench) reportS3Table(w io.Writer) {
+	o := b.o
+	const s3Fmt = "%-38s %-6s %10s %9s  %s\n"
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, s3Fmt, "workload", "unit", "ebbfs-s3", "s3/pt", "target (ebbfs-s3/pt)")
+	fmt.Fprintln(w, strings.Repeat("-", 38+1+6+1+10+1+9+2+22))
+	for _, r := range rowsFor(o) {
+		m := b.res[r.key]
+		if len(m) == 0 {
+			continue
 		}
+		unit := "MiB/s"
+		if r.ops {
+			unit = "ops/s"
+		}
+		v, ok := m["ebbfs-s3"]
+		x, rok := ratio(m, "ebbfs-s3")
+		rs, tgt := "-", ""
+		if rok {
+			rs = fmt.Sprintf("%.2fx", x)
+		}
+		if t, has := s3Targets[r.key]; has {
+			tgt = fmt.Sprintf(">= %.2fx  %s", t, verdict(rok && x >= t))
+		}
+		if r.key == "rand4k" {
+			tgt = fmt.Sprintf(">= %d ops/s  %s", s3RandTarget, verdict(ok && v.err == nil && v.n >= s3RandTarget))
+		}
+		fmt.Fprintf(w, s3Fmt, r.label, unit, number(r.key, v, ok), rs, tgt)
 	}
 
-	b.reportFsync(w)
-	b.reportOverwrite(w)
+}
 
+// reportProcesses prints each server's peak RSS and how it stopped.
+func (b *bench) reportProcesses(w io.Writer) {
 	fmt.Fprintln(w)
 	for i := len(b.targets) - 1; i >= 0; i-- {
 		t := b.targets[i]
@@ -254,6 +275,11 @@ func (b *bench) report(w io.Writer) {
 		}
 	}
 
+}
+
+// reportServerSide prints the servers' CPU, disk and store traffic.
+func (b *bench) reportServerSide(w io.Writer) {
+	o := b.o
 	const sideFmt = "%-38s %14s %14s %13s %13s %17s %11s\n"
 	fmt.Fprintf(w, "\nserver side: CPU = user+sys (%% of wall); disk = the server's block I/O, read/write MiB\n")
 	fmt.Fprintf(w, sideFmt, "workload", "pt CPU", "ebbfs CPU", "pt disk r/w", "ebbfs disk r/w", "ebbfs store dn/up", "ebbfs VmHWM")
@@ -288,33 +314,42 @@ func (b *bench) report(w io.Writer) {
 		fmt.Fprintf(w, sideFmt, r.label, cpu("passthrough"), cpu("ebbfs"), disk("passthrough"), disk("ebbfs"), st, hwm)
 	}
 	fmt.Fprintln(w, "(store dn/up = ebbfs's object-store payload MiB down/up (requests), from its /metrics)")
-	if s3 {
-		const s3SideFmt = "%-38s %14s %13s %17s %11s %14s\n"
-		fmt.Fprintf(w, "\nebbfs-s3 (the S3 server's own CPU is not counted):\n")
-		fmt.Fprintf(w, s3SideFmt, "workload", "CPU", "disk r/w", "store dn/up", "VmHWM", "cache skipped")
-		for _, r := range rowsFor(o) {
-			v, ok := b.res[r.key]["ebbfs-s3"]
-			if !ok {
-				continue
-			}
-			cpu, disk, st, hwm, skipped := "-", "-", "-", "-", "-"
-			if v.cpu >= 0 {
-				cpu = fmt.Sprintf("%.2fs %3.0f%%", v.cpu.Seconds(), 100*v.cpu.Seconds()/v.wall.Seconds())
-			}
-			if v.io != nil {
-				disk = fmt.Sprintf("%.0f/%.0f", float64(v.io.rd)/MiB, float64(v.io.wr)/MiB)
-			}
-			if v.store != nil {
-				st = fmt.Sprintf("%.0f/%.0f (%d)", float64(v.store.down)/MiB, float64(v.store.up)/MiB, v.store.requests)
-				skipped = fmt.Sprintf("%.1f MiB", float64(v.store.skipped)/MiB)
-			}
-			if v.hwm > 0 {
-				hwm = fmt.Sprintf("%.0f MiB", float64(v.hwm)/MiB)
-			}
-			fmt.Fprintf(w, s3SideFmt, r.label, cpu, disk, st, hwm, skipped)
+}
+
+// reportS3ServerSide prints the S3 target's CPU, disk and store traffic.
+func (b *bench) reportS3ServerSide(w io.Writer) {
+	o := b.o
+	const s3SideFmt = "%-38s %14s %13s %17s %11s %14s\n"
+	fmt.Fprintf(w, "\nebbfs-s3 (the S3 server's own CPU is not counted):\n")
+	fmt.Fprintf(w, s3SideFmt, "workload", "CPU", "disk r/w", "store dn/up", "VmHWM", "cache skipped")
+	for _, r := range rowsFor(o) {
+		v, ok := b.res[r.key]["ebbfs-s3"]
+		if !ok {
+			continue
 		}
-		fmt.Fprintln(w, "(cache skipped = frame bytes ebbfs's disk cache left out, its write queue full, from its /metrics)")
+		cpu, disk, st, hwm, skipped := "-", "-", "-", "-", "-"
+		if v.cpu >= 0 {
+			cpu = fmt.Sprintf("%.2fs %3.0f%%", v.cpu.Seconds(), 100*v.cpu.Seconds()/v.wall.Seconds())
+		}
+		if v.io != nil {
+			disk = fmt.Sprintf("%.0f/%.0f", float64(v.io.rd)/MiB, float64(v.io.wr)/MiB)
+		}
+		if v.store != nil {
+			st = fmt.Sprintf("%.0f/%.0f (%d)", float64(v.store.down)/MiB, float64(v.store.up)/MiB, v.store.requests)
+			skipped = fmt.Sprintf("%.1f MiB", float64(v.store.skipped)/MiB)
+		}
+		if v.hwm > 0 {
+			hwm = fmt.Sprintf("%.0f MiB", float64(v.hwm)/MiB)
+		}
+		fmt.Fprintf(w, s3SideFmt, r.label, cpu, disk, st, hwm, skipped)
 	}
+	fmt.Fprintln(w, "(cache skipped = frame bytes ebbfs's disk cache left out, its write queue full, from its /metrics)")
+}
+
+// reportNotes prints the frame caches, how to read the figures and the
+// errors met.
+func (b *bench) reportNotes(w io.Writer) {
+	o := b.o
 	for _, t := range b.targets {
 		if t.cache != "" {
 			fmt.Fprintf(w, "ebbfs on-disk frame cache (%s/frames) at the end: %s\n", t.cache, mib(t.frames))
