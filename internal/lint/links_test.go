@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // mdLink matches the target of a Markdown link or image: ](target).
@@ -48,13 +49,19 @@ func TestDocLinksResolve(t *testing.T) {
 		if md {
 			for _, m := range mdLink.FindAllStringSubmatch(string(b), -1) {
 				target := m[1]
-				if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 					continue
 				}
-				target, _, _ = strings.Cut(target, "#")
+				target, anchor, _ := strings.Cut(target, "#")
+				if target == "" {
+					target = filepath.Base(path)
+				}
 				checked++
-				if _, err := os.Stat(filepath.Join(filepath.Dir(path), target)); err != nil {
+				file := filepath.Join(filepath.Dir(path), target)
+				if _, err := os.Stat(file); err != nil {
 					t.Errorf("%s: link to %s: no such file", rel, m[1])
+				} else if anchor != "" && strings.HasSuffix(file, ".md") && !hasAnchor(t, file, anchor) {
+					t.Errorf("%s: link to %s: no such heading", rel, m[1])
 				}
 			}
 		}
@@ -72,4 +79,33 @@ func TestDocLinksResolve(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no links found: is the repository root ../..?")
 	}
+}
+
+// hasAnchor reports whether the Markdown file has a heading whose GitHub
+// anchor is anchor: lower case, spaces as hyphens, other punctuation but
+// hyphens and underscores dropped.
+func hasAnchor(t *testing.T, file, anchor string) bool {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var slug strings.Builder
+		for _, r := range title {
+			switch {
+			case r == ' ':
+				slug.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				slug.WriteRune(r)
+			}
+		}
+		if slug.String() == anchor {
+			return true
+		}
+	}
+	return false
 }
