@@ -6,7 +6,7 @@
 // segment and metadata object that manifest references. Records are
 // plaintext JSON: they hold a name chosen by the operator, a kind, a
 // manifest sequence and two timestamps, never a file name or file data.
-// See docs/FORMAT-checkpoint.md.
+// See docs/FORMAT.md, "Checkpoint records".
 package checkpoint
 
 import (

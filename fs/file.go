@@ -96,8 +96,7 @@ type extentPointer struct {
 // A sequential read of the writer looks up the pointers of the next
 // streamWindow bytes of its file at once and keeps them with the inode
 // (pointerWindow): the requests after it, 1 MiB each from the kernel,
-// find theirs there instead of each setting up a Pebble iterator (about
-// 4% of a cold read's CPU). The window holds while the metadata has not
+// find theirs there instead of each setting up a Pebble iterator. The window holds while the metadata has not
 // changed since it was read (lsm.DB.Changes): any commit, of any file,
 // makes the next request read its pointers again.
 const streamWindow = 8 << 20
@@ -144,10 +143,11 @@ var committedScans atomic.Int64
 // pointers of an aligned randomWindow of a file, read in one scan and
 // kept, in an LRU shared by all files that holds at most randomPointers
 // pointers (ptrWindows, 3 MiB; about 2,000 windows of a file of 32 KiB
-// extents, 255 of one of 4 KiB extents), while the metadata has not changed. A point
-// lookup in Pebble was a tenth of the writer's CPU on cold 4 KiB random
-// reads (7-9 us each); a scan of a window costs about six, and 4 KiB
-// reads over a 1 GiB file come back to a window 20 times in 20,000. A
+// extents, 255 of one of 4 KiB extents), while the metadata has not
+// changed. A point lookup in Pebble per read was a large share of the
+// writer's CPU on cold 4 KiB random reads; a scan of a window costs about
+// six of them, and 4 KiB reads over a 1 GiB file come back to a window 20
+// times in 20,000 (bench/README.md). A
 // window is read at the second random read that misses it with no commit
 // in between (ptrWindows.ghosts): reads spread too thin to come back, and
 // a file being written meanwhile, whose windows every commit outdates,

@@ -2,7 +2,8 @@
 // metadata only, shipped to the object store as encrypted journal objects
 // (one per durability barrier) and periodic manifests (a Pebble checkpoint),
 // so that a machine with only the bucket and the password recovers every
-// barrier'd batch. See docs/FORMAT-lsm.md for the byte formats.
+// barrier'd batch. See docs/FORMAT.md, "Metadata store objects", for the
+// byte formats.
 package lsm
 
 import (

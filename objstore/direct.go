@@ -17,8 +17,9 @@ import (
 // cache that nothing reads again (the kernel caches the plaintext of the
 // mounted file, not these bytes). Read with O_DIRECT, the same range
 // rounded out to spanAlign goes from the disk straight into the reader's
-// buffer: on this machine's disk a 4 KiB piece so read took 82 us against
-// 94 through the page cache, and less CPU. A range the page cache holds
+// buffer, sooner and for less CPU than through the page cache
+// (bench/README.md, "Figures behind the code's constants"). A range the
+// page cache holds
 // whole (a frame written a moment ago) is still copied from it.
 
 // A DirectFile is a second descriptor, in O_DIRECT mode, of a file another

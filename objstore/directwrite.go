@@ -24,9 +24,9 @@ func writeNew(f *os.File, data []byte) error {
 // whole blocks inside it, when they are DirectMin bytes or more and their
 // bytes in b start on a block boundary of memory too, with O_DIRECT: only
 // the partial blocks at either end go through the page cache. The copy
-// into the page cache is no small cost: the disk cache, writing the 1 GiB
-// a writer uploaded through it, spent 2.8 s of CPU in it (perf, on this
-// 2-core VM), more than sealing the bytes took. A filesystem that refuses
+// into the page cache is no small cost: for the disk cache it took more
+// CPU than sealing the bytes (bench/README.md, "Figures behind the code's
+// constants"). A filesystem that refuses
 // O_DIRECT gets a plain write. f must not be in O_APPEND mode.
 func WriteAtDirect(f *os.File, b []byte, off int64) error {
 	head := int(-off & (spanAlign - 1))

@@ -49,9 +49,10 @@ type openFile struct {
 
 // openFilesMax bounds the files kept open (up to twice as many
 // descriptors, with their DirectFiles; Go raises the soft RLIMIT_NOFILE to
-// the hard one, which is far above this on any current distribution). A 1 GiB file written at once spans about 80 segments:
-// with 64 kept, a random read opened one for every sixth read, and a
-// GetRange of a 4 KiB piece took 6-8 us longer on average than with 256.
+// the hard one, which is far above this on any current distribution). A
+// 1 GiB file written at once spans about 80 segments: with 64 kept, a
+// random read opened one for every sixth read, and a GetRange of a 4 KiB
+// piece was slower on average than with 256 (bench/README.md).
 const (
 	openFilesPrefix = "segments/"
 	openFilesMax    = 256

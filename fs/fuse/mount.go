@@ -202,9 +202,9 @@ func mountTimed(dir string, root fs.InodeEmbedder, ops *stats.Ops, opts *fs.Opti
 // larger window turns sequential reads into 1 MiB requests, which the
 // engine serves with one ranged GET per run of frames. At 2 MiB the kernel
 // has the next request under way while the engine answers one, so both
-// cores work: a cold 1 GiB read of a local store ran at a median of
-// 998 MiB/s against 926 at 1 MiB (five alternating reads each); at 4 MiB
-// and more the requests crowd out the reader (976 MiB/s at 4 MiB).
+// cores of a small machine work; at 4 MiB and more the requests crowd out
+// the reader (the measurements are in bench/README.md, "Figures behind
+// the code's constants").
 const readaheadKiB = 2048
 
 // raiseReadahead sets the mount's backing-device readahead (root only; a

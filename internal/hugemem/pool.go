@@ -4,9 +4,9 @@
 // A read or write past the page cache (O_DIRECT) goes to the disk as
 // requests of at most max_segments physically contiguous pieces each. A
 // Go heap buffer lies on 4 KiB pages, so a 2 MiB read became requests of
-// about 1 MiB (254 segments on virtio-blk); on the disks measured they
-// were 20-30% slower than the page cache's own read-ahead, whose large
-// folios fill a 4 MiB request with a few segments. A buffer that starts on
+// about 1 MiB (254 segments on virtio-blk), slower than the page cache's
+// own read-ahead, whose large folios fill a 4 MiB request with a few
+// segments. A buffer that starts on
 // a 2 MiB boundary and is marked MADV_HUGEPAGE lies on one huge page per
 // 2 MiB: a 2 MiB read is one segment (bench/README.md).
 //

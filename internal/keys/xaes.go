@@ -35,11 +35,11 @@ type xaes struct {
 }
 
 // gcmCacheSize is how many derived AES-GCM instances an xaes keeps for
-// opening (about 1 KiB each with Go's AES-GCM, 0.5 KiB with gcm_amd64.s):
-// one per group of pieces sealed together (Sealer), up to 8 frames of up
-// to 32 KiB, so 4,096 cover the groups of a 1 GiB file. A random 4 KiB read opens one piece; deriving its group's
-// key, schedule and GCM tables again cost about 4 us of the ~75 us of CPU
-// such a read takes, and allocated two objects.
+// opening (about 1 KiB each): one per group of pieces sealed together
+// (Sealer), up to 8 frames of up to 32 KiB, so 4,096 cover the groups of
+// a 1 GiB file. A random 4 KiB read opens one piece; without the cache
+// each such read would derive its group's key, AES key schedule and GCM
+// tables again, and allocate two objects (BenchmarkGCM/derive).
 const gcmCacheSize = 4096
 
 // gcmCache maps nonce prefixes to their AES-GCM instances, evicting the
@@ -123,9 +123,6 @@ func (x *xaes) deriveKey(nonce []byte) [xaesKeySize]byte {
 // gcm returns the AES-256-GCM instance for one message's nonce.
 func (x *xaes) gcm(nonce []byte) cipher.AEAD {
 	kx := x.deriveKey(nonce)
-	if g := newVAESGCM(kx[:]); g != nil {
-		return g
-	}
 	b, err := aes.NewCipher(kx[:])
 	if err != nil {
 		panic("keys: aes.NewCipher of a 32-byte key: " + err.Error())

@@ -5,6 +5,7 @@ import (
 	"crypto/sha3"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 )
@@ -18,24 +19,10 @@ func unhex(t *testing.T, s string) []byte {
 	return b
 }
 
-// bothGCMs runs f with the AES-GCM this CPU uses for derived keys (the
-// VAES assembly where it can run it) and with Go's.
-func bothGCMs(t *testing.T, f func(t *testing.T)) {
-	ok := vaesGCMOK
-	defer func() { vaesGCMOK = ok }()
-	t.Run(map[bool]string{true: "vaes", false: "go"}[ok], f)
-	if ok {
-		vaesGCMOK = false
-		t.Run("go", f)
-	}
-}
-
 // The two test vectors of c2sp.org/XAES-256-GCM, with the intermediate
 // values the specification lists (L, K1, Kx): one for each branch of the
 // doubling that makes K1.
-func TestXAESVectors(t *testing.T) { bothGCMs(t, testXAESVectors) }
-
-func testXAESVectors(t *testing.T) {
+func TestXAESVectors(t *testing.T) {
 	for _, v := range []struct {
 		name                  string
 		key                   byte
@@ -111,9 +98,7 @@ func testXAESVectors(t *testing.T) {
 // ciphertext absorbed into a second SHAKE-128, whose first 32 bytes are
 // given for 10,000 and 1,000,000 iterations (EBBFS_XAES_MILLION=1; about
 // 7 s on a 2-core VM).
-func TestXAESAccumulated(t *testing.T) { bothGCMs(t, testXAESAccumulated) }
-
-func testXAESAccumulated(t *testing.T) {
+func TestXAESAccumulated(t *testing.T) {
 	iterations, want := 10_000, "e6b9edf2df6cec60c8cbd864e2211b597fb69a529160cd040d56c0c210081939"
 	if os.Getenv("EBBFS_XAES_MILLION") == "1" {
 		iterations, want = 1_000_000, "2163ae1445985a30b60585ee67daa55674df06901b890593e824b8a7c885ab15"
@@ -190,4 +175,40 @@ func BenchmarkOpen32K(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGCM measures the AES-256-GCM under XAES-256-GCM (Go's
+// crypto/aes and crypto/cipher) on a piece (4 KiB) and a frame (32 KiB),
+// and the derivation of a group's key and AES-GCM that gcmCache saves.
+func BenchmarkGCM(b *testing.B) {
+	x, err := newXAES(make([]byte, 32))
+	if err != nil {
+		b.Fatal(err)
+	}
+	nonce, aad := make([]byte, xaesNonceSize), make([]byte, 40)
+	g := x.gcm(nonce)
+	for _, size := range []int{4096, 32768} {
+		plain := make([]byte, size)
+		sealed := g.Seal(nil, nonce[12:], plain, aad)
+		b.Run(fmt.Sprintf("seal/%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			out := make([]byte, 0, size+xaesTagSize)
+			for b.Loop() {
+				g.Seal(out[:0], nonce[12:], plain, aad)
+			}
+		})
+		b.Run(fmt.Sprintf("open/%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				if _, err := g.Open(plain[:0], nonce[12:], sealed, aad); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("derive", func(b *testing.B) {
+		for b.Loop() {
+			x.gcm(nonce)
+		}
+	})
 }
