@@ -48,6 +48,22 @@ func unsignedPayload(o *s3.Options) {
 	})
 }
 
+// putConditions returns the If-None-Match and If-Match headers of opts
+// (nil when unset) and the options of one attempt: a single try unless
+// sdkRetry.
+func putConditions(opts PutOptions, sdkRetry bool) (ifNoneMatch, ifMatch *string, optFns []func(*s3.Options)) {
+	if opts.IfAbsent {
+		ifNoneMatch = aws.String("*")
+	}
+	if opts.IfMatch != "" {
+		ifMatch = aws.String(quoteETag(opts.IfMatch))
+	}
+	if !sdkRetry {
+		optFns = append(optFns, noSDKRetry)
+	}
+	return ifNoneMatch, ifMatch, optFns
+}
+
 // Put implements Store. Objects larger than PartSize are uploaded in parts.
 // It keeps nothing of data once it returns (Store): the SDK hands each
 // attempt's body to net/http wrapped in a reader that it closes when the
@@ -84,16 +100,8 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 			Body:          bytes.NewReader(data),
 			ContentLength: aws.Int64(int64(len(data))),
 		}
-		if opts.IfAbsent {
-			in.IfNoneMatch = aws.String("*")
-		}
-		if opts.IfMatch != "" {
-			in.IfMatch = aws.String(quoteETag(opts.IfMatch))
-		}
 		var optFns []func(*s3.Options)
-		if !sdkRetry {
-			optFns = append(optFns, noSDKRetry)
-		}
+		in.IfNoneMatch, in.IfMatch, optFns = putConditions(opts, sdkRetry)
 		if len(data) >= unsignedPayloadMin {
 			optFns = append(optFns, unsignedPayload)
 		}
@@ -250,16 +258,8 @@ func (s *S3) putMultipart(ctx context.Context, key string, data []byte, opts Put
 			UploadId:        uploadID,
 			MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
 		}
-		if opts.IfAbsent {
-			in.IfNoneMatch = aws.String("*")
-		}
-		if opts.IfMatch != "" {
-			in.IfMatch = aws.String(quoteETag(opts.IfMatch))
-		}
 		var optFns []func(*s3.Options)
-		if !sdkRetry {
-			optFns = append(optFns, noSDKRetry)
-		}
+		in.IfNoneMatch, in.IfMatch, optFns = putConditions(opts, sdkRetry)
 		out, err := s.cli.CompleteMultipartUpload(ctx, in, optFns...)
 		if err != nil {
 			return "", err
