@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -84,11 +85,8 @@ func (o *RenewerOptions) Validate() error {
 // Renewer keeps a reader's ephemeral checkpoint alive: Start writes it,
 // a worker renews it every TTL/3, Close stops the worker and removes it.
 type Renewer struct {
-	o      RenewerOptions
-	ctx    context.Context
-	cancel context.CancelFunc
-	notify chan struct{}
-	wg     sync.WaitGroup
+	o RenewerOptions
+	w *worker.Worker // the renewal worker, once started
 
 	mu struct {
 		sync.Mutex
@@ -105,9 +103,7 @@ func NewRenewer(o RenewerOptions) (*Renewer, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Renewer{o: o, notify: make(chan struct{}, 1)}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	return r, nil
+	return &Renewer{o: o}, nil
 }
 
 // Start writes the record and starts the renewal worker. It returns the
@@ -136,8 +132,7 @@ func (r *Renewer) Start(ctx context.Context) error {
 		return errors.New("checkpoint: Renewer closed during Start")
 	}
 	r.mu.started, r.mu.rec = true, rec
-	r.wg.Add(1)
-	go r.loop()
+	r.w = worker.Start("checkpoint-renewer", r.o.Clock, r.loop)
 	return nil
 }
 
@@ -171,14 +166,11 @@ func (r *Renewer) Close() error {
 		return nil
 	}
 	r.mu.closed = true
-	started, mine := r.mu.started, r.mu.rec
+	started, mine, w := r.mu.started, r.mu.rec, r.w
 	r.mu.Unlock()
-	r.cancel()
-	select {
-	case r.notify <- struct{}{}:
-	default:
+	if w != nil {
+		w.Close()
 	}
-	r.wg.Wait()
 	if !started || mine.ManifestSeq == 0 {
 		return nil
 	}
@@ -209,18 +201,10 @@ func (r *Renewer) nextWait() time.Duration {
 	return r.o.TTL / 3
 }
 
-func (r *Renewer) loop() {
-	defer r.wg.Done()
+func (r *Renewer) loop(w *worker.Worker) {
 	wait := r.nextWait()
-	for {
-		select {
-		case <-r.ctx.Done():
-			return
-		case <-r.notify:
-			continue
-		case <-r.o.Clock.After(wait):
-		}
-		err := r.renew()
+	for w.Wait(wait) {
+		err := r.renew(w.Context())
 		r.mu.Lock()
 		r.mu.lastErr = err
 		if err == nil && r.mu.rec.ManifestSeq != 0 {
@@ -229,7 +213,7 @@ func (r *Renewer) loop() {
 		r.mu.Unlock()
 		wait = r.nextWait()
 		if err != nil {
-			if r.ctx.Err() != nil {
+			if w.Closed() {
 				return
 			}
 			r.o.Logger.Warn("checkpoint: reader checkpoint renewal failed; retrying", "name", r.o.Name, "err", err)
@@ -241,8 +225,8 @@ func (r *Renewer) loop() {
 // renew runs one renewal: re-pin when the replica moved (a newer
 // manifest, or a newer view), otherwise move ExpireTime; a vanished record
 // (pruned, or removed by hand) or a span grown too long is re-pinned.
-func (r *Renewer) renew() error {
-	ctx, cancel := context.WithTimeout(r.ctx, max(r.o.TTL/3, time.Second))
+func (r *Renewer) renew(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, max(r.o.TTL/3, time.Second))
 	defer cancel()
 	cur := r.Record()
 	seq := r.o.ManifestSeq()

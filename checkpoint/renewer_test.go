@@ -35,7 +35,7 @@ func TestRenewerSpanFollowsView(t *testing.T) {
 	for range 60 {
 		clk.Advance(time.Minute)
 		view = clk.Now().Add(-time.Second)
-		if err := r.renew(); err != nil {
+		if err := r.renew(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +50,7 @@ func TestRenewerSpanFollowsView(t *testing.T) {
 	// A stuck view: renewals extend, the span grows with the lag.
 	for range 3 {
 		clk.Advance(time.Minute)
-		if err := r.renew(); err != nil {
+		if err := r.renew(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestRenewerSpanFollowsView(t *testing.T) {
 	}
 	clk.Advance(time.Minute)
 	view = clk.Now()
-	if err := r.renew(); err != nil {
+	if err := r.renew(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rec, err = Get(ctx, st, "reader-h-1")
@@ -93,14 +93,14 @@ func TestRenewerWaitsForFirstManifest(t *testing.T) {
 	if _, err := Get(ctx, st, "reader-h-2"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a record before any manifest: %v", err)
 	}
-	if err := r.renew(); err != nil {
+	if err := r.renew(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Get(ctx, st, "reader-h-2"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a record before any manifest: %v", err)
 	}
 	seq.Store(5)
-	if err := r.renew(); err != nil {
+	if err := r.renew(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := Get(ctx, st, "reader-h-2")

@@ -17,6 +17,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/internal/hugemem"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
@@ -60,8 +61,8 @@ type Engine struct {
 	dirtyBytes atomic.Int64
 	dirtyWait  chan struct{} // closed and replaced whenever dirty bytes drop
 
-	kickFlush chan struct{} // buffered 1: dirty data passed the segment target
-	kickClean chan struct{} // buffered 1: a tombstone was written
+	flushW    atomic.Pointer[worker.Worker] // the flusher, once started
+	kickClean chan struct{}                 // buffered 1: a tombstone was written
 	closed    atomic.Bool
 	started   atomic.Bool
 	bg        context.Context // background work; canceled by Close
@@ -129,34 +130,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	if o.CacheDir == "" {
 		return nil, errors.New("fs: Options.CacheDir is required")
 	}
-	if o.MemoryCacheBytes <= 0 {
-		o.MemoryCacheBytes = 256 << 20
-	}
-	if o.FlushInterval <= 0 {
-		o.FlushInterval = time.Second
-	}
-	if o.SegmentTarget <= 0 {
-		o.SegmentTarget = defaultSegmentTarget
-	}
-	if o.DirtyLimit <= 0 {
-		o.DirtyLimit = 128 << 20
-	}
-	if o.DirtyLimit < 2*o.SegmentTarget {
-		o.DirtyLimit = 2 * o.SegmentTarget
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Clock == nil {
-		o.Clock = clock.Real{}
-	}
-	if o.Holder == "" {
-		host, _ := os.Hostname()
-		o.Holder = fmt.Sprintf("%s:%d", host, os.Getpid())
-	}
-	if o.PinManifest != 0 {
-		o.ReadOnly = true
-	}
+	o.setDefaults()
 	if err := os.MkdirAll(o.CacheDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fs: cache dir: %w", err)
 	}
@@ -170,42 +144,10 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 			cacheLock.Close()
 		}
 	}()
-	metaDir := filepath.Join(o.CacheDir, "meta")
-	if o.PinManifest != 0 {
-		// A pinned state is rebuilt from the store each time; keep it
-		// apart from the followed one so neither wipes the other.
-		metaDir = filepath.Join(o.CacheDir, "meta-pinned")
-	}
-	lo := lsm.Options{
-		Dir:      metaDir,
-		Store:    o.Store,
-		Keys:     o.Keys,
-		Clock:    o.Clock,
-		Logger:   o.Logger,
-		ReadOnly: o.ReadOnly,
-		Holder:   o.Holder,
-		TakeOver: o.TakeOver,
-	}
-	lo.JournalRetention = o.JournalRetention
-	lo.ManifestInterval = o.ManifestInterval
 	// Before the metadata store releases its emergency reserve, the disk
 	// cache gives back what it can (cachedisk.go).
 	var reader atomic.Pointer[segment.Reader]
-	lo.MakeRoom = func(n int64) int64 {
-		if rd := reader.Load(); rd != nil {
-			return rd.ShrinkDiskCache(n)
-		}
-		return 0
-	}
-	if o.tuneLSM != nil {
-		o.tuneLSM(&lo)
-	}
-	var db *lsm.DB
-	if o.PinManifest != 0 {
-		db, err = lsm.OpenAt(ctx, lo, o.PinManifest)
-	} else {
-		db, err = lsm.Open(ctx, lo)
-	}
+	db, err := openMeta(ctx, o, &reader)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +184,6 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		codec:     segment.CodecLZ4,
 		dirtyWait: make(chan struct{}),
 		flushMu:   make(chan struct{}, 1),
-		kickFlush: make(chan struct{}, 1),
 		kickClean: make(chan struct{}, 1),
 	}
 	e.ns.inodes = map[uint64]*inode{}
@@ -260,6 +201,74 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	}
 	opened = true
 	return e, nil
+}
+
+// setDefaults fills in the options left zero.
+func (o *Options) setDefaults() {
+	if o.MemoryCacheBytes <= 0 {
+		o.MemoryCacheBytes = 256 << 20
+	}
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = time.Second
+	}
+	if o.SegmentTarget <= 0 {
+		o.SegmentTarget = defaultSegmentTarget
+	}
+	if o.DirtyLimit <= 0 {
+		o.DirtyLimit = 128 << 20
+	}
+	if o.DirtyLimit < 2*o.SegmentTarget {
+		o.DirtyLimit = 2 * o.SegmentTarget
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Holder == "" {
+		host, _ := os.Hostname()
+		o.Holder = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if o.PinManifest != 0 {
+		o.ReadOnly = true
+	}
+}
+
+// openMeta opens the metadata store for o; its MakeRoom asks the reader
+// (once there is one) to shrink the disk cache.
+func openMeta(ctx context.Context, o Options, reader *atomic.Pointer[segment.Reader]) (*lsm.DB, error) {
+	metaDir := filepath.Join(o.CacheDir, "meta")
+	if o.PinManifest != 0 {
+		// A pinned state is rebuilt from the store each time; keep it
+		// apart from the followed one so neither wipes the other.
+		metaDir = filepath.Join(o.CacheDir, "meta-pinned")
+	}
+	lo := lsm.Options{
+		Dir:      metaDir,
+		Store:    o.Store,
+		Keys:     o.Keys,
+		Clock:    o.Clock,
+		Logger:   o.Logger,
+		ReadOnly: o.ReadOnly,
+		Holder:   o.Holder,
+		TakeOver: o.TakeOver,
+	}
+	lo.JournalRetention = o.JournalRetention
+	lo.ManifestInterval = o.ManifestInterval
+	lo.MakeRoom = func(n int64) int64 {
+		if rd := reader.Load(); rd != nil {
+			return rd.ShrinkDiskCache(n)
+		}
+		return 0
+	}
+	if o.tuneLSM != nil {
+		o.tuneLSM(&lo)
+	}
+	if o.PinManifest != 0 {
+		return lsm.OpenAt(ctx, lo, o.PinManifest)
+	}
+	return lsm.Open(ctx, lo)
 }
 
 // lockCacheDir takes an exclusive lock on dir for the life of the engine:
@@ -287,8 +296,11 @@ func (e *Engine) StartBackground() {
 	if e.opts.ReadOnly || e.started.Swap(true) {
 		return
 	}
-	e.wg.Add(2)
-	go e.flusher(e.bg)
+	e.flushW.Store(worker.Start("flusher", e.clk, e.flusher))
+	if e.dirtyBytes.Load() >= e.opts.SegmentTarget {
+		e.kick() // a write passed the target before the flusher started
+	}
+	e.wg.Add(1)
 	go e.cleaner(e.bg)
 }
 
@@ -391,6 +403,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	// barrier: a cleaner transaction committed after it would be in no
 	// journal, accepted but lost.
 	e.cancel()
+	if w := e.flushW.Load(); w != nil {
+		w.Close()
+	}
 	e.wg.Wait()
 	var err error
 	if !e.opts.ReadOnly {

@@ -14,6 +14,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/internal/hugemem"
 	"ebbfs.dev/ebbfs/internal/retry"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
@@ -366,6 +367,8 @@ var errEarlierSegment = errors.New("fs: an earlier segment of this flush failed"
 func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error) {
 	committed := 0
 	var firstErr error
+	var uploads worker.Group // every upload returns before this does
+	defer uploads.Wait()
 	var jobs []*segJob // in flight, oldest first
 	reap := func() {
 		j := jobs[0]
@@ -402,11 +405,12 @@ func (e *Engine) writeSegments(ctx context.Context, all []flushItem) (int, error
 			break
 		}
 		j := &segJob{items: len(batch), done: make(chan struct{})}
-		go func(segID uint64, frameBytes int64, obj []byte, batch []flushItem, prev *segJob) {
+		frameBytes, after := int64(b.Size()), prev
+		uploads.Go(func() {
 			defer close(j.done)
-			j.err = e.uploadAndCommit(ctx, segID, frameBytes, obj, sb, batch, prev)
+			j.err = e.uploadAndCommit(ctx, segID, frameBytes, obj, sb, batch, after)
 			sb.release()
-		}(segID, int64(b.Size()), obj, batch, prev)
+		})
 		jobs = append(jobs, j)
 		prev = j
 	}
@@ -596,21 +600,29 @@ func (e *Engine) retry(ctx context.Context, what string, op func() error) error 
 	return retry.Do(ctx, retry.Policy{Clock: e.clk, Logger: e.log, Permanent: objstore.IsPreconditionFailed}, what, op)
 }
 
+// kick wakes the flusher to seal: dirty data passed the segment target.
+func (e *Engine) kick() {
+	if w := e.flushW.Load(); w != nil {
+		w.Notify()
+	}
+}
+
 // flusher runs the periodic barrier and seals when dirty data passes the
-// segment target. An idle filesystem does nothing.
-func (e *Engine) flusher(ctx context.Context) {
-	defer e.wg.Done()
-	tick := e.clk.After(e.opts.FlushInterval)
+// segment target (kick). An idle filesystem does nothing. A kick does not
+// move the next periodic barrier.
+func (e *Engine) flusher(w *worker.Worker) {
+	ctx := w.Context()
+	tick := w.After(e.opts.FlushInterval)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.kickFlush:
+		case <-w.Woken():
 			if err := e.Seal(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("sealing dirty data", "err", err)
 			}
 		case <-tick:
-			tick = e.clk.After(e.opts.FlushInterval)
+			tick = w.After(e.opts.FlushInterval)
 			if !e.needsBarrier() || e.db.Failed() != nil {
 				// A failed metadata store was logged once; no barrier
 				// can succeed again (cachedisk.go).

@@ -64,13 +64,6 @@ func (e *Engine) dirtyDone(delta int64) {
 	e.waitMu.Unlock()
 }
 
-func (e *Engine) kick() {
-	select {
-	case e.kickFlush <- struct{}{}:
-	default:
-	}
-}
-
 // Write writes p at off. Data is in memory when Write returns; Barrier
 // makes it durable.
 func (e *Engine) Write(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // Options configure a Server. The zero value is valid.
@@ -58,7 +60,7 @@ type Server struct {
 		listeners map[net.Listener]struct{}
 		conns     map[*conn]struct{}
 	}
-	wg sync.WaitGroup // connection goroutines
+	conns worker.Group // one goroutine per connection
 }
 
 // NewServer returns a server for b. It does not listen until Serve.
@@ -115,42 +117,32 @@ func (s *Server) isClosed() bool {
 	return s.mu.closed
 }
 
-// startConn serves nc in a tracked goroutine.
-func (s *Server) startConn(nc net.Conn) {
-	c, ok := s.register(nc)
-	if !ok {
-		return
-	}
-	go func() {
-		defer s.wg.Done()
-		c.serve()
-	}()
-}
-
-// serveConn serves one connection synchronously (tests and fuzzing).
-func (s *Server) serveConn(nc net.Conn) {
-	c, ok := s.register(nc)
-	if !ok {
-		return
-	}
-	defer s.wg.Done()
-	c.serve()
-}
-
-// register tracks a new connection; the caller calls s.wg.Done when it
-// ends. It closes nc and returns false if the server is closed.
-func (s *Server) register(nc net.Conn) (*conn, bool) {
+// startConn serves nc in a goroutine of the server's group and returns a
+// channel closed when that ends; nil when the server is closed (nc is
+// closed then).
+func (s *Server) startConn(nc net.Conn) <-chan struct{} {
 	c := s.newConn(nc)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {
 		c.cancel()
 		nc.Close()
-		return nil, false
+		return nil
 	}
 	s.mu.conns[c] = struct{}{}
-	s.wg.Add(1)
-	return c, true
+	done := make(chan struct{})
+	s.conns.Go(func() {
+		defer close(done)
+		c.serve()
+	})
+	return done
+}
+
+// serveConn serves one connection to its end (tests and fuzzing).
+func (s *Server) serveConn(nc net.Conn) {
+	if done := s.startConn(nc); done != nil {
+		<-done
+	}
 }
 
 func (s *Server) removeConn(c *conn) {
@@ -172,7 +164,7 @@ func (s *Server) Close() error {
 		c.shutdown()
 	}
 	s.mu.Unlock()
-	s.wg.Wait()
+	s.conns.Wait()
 	return nil
 }
 

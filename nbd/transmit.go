@@ -9,6 +9,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // request is one parsed transmission-phase request.
@@ -61,8 +63,8 @@ func (b *budget) release(bytes int) {
 // request has been answered.
 func (c *conn) transmit() error {
 	bud := newBudget(2 * c.s.o.MaxRequest)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var requests worker.Group
+	defer requests.Wait()
 	maxReq := uint32(c.s.o.MaxRequest)
 	var hdr [requestHeaderSize]byte
 	for {
@@ -111,12 +113,10 @@ func (c *conn) transmit() error {
 				return fmt.Errorf("reading WRITE payload: %w", err)
 			}
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		requests.Go(func() {
 			defer bud.release(cost)
 			c.handle(r)
-		}()
+		})
 	}
 }
 

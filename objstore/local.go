@@ -101,6 +101,14 @@ func NewLocal(root string) (*Local, error) {
 // Root returns the absolute root directory.
 func (l *Local) Root() string { return l.root }
 
+// Close stops the worker that closes idle kept files and closes them. The
+// store stays usable (each read then opens its own file); Close only
+// leaves nothing running.
+func (l *Local) Close() error {
+	l.files.close()
+	return nil
+}
+
 func (l *Local) removeStaleTemps(before time.Time) error {
 	ents, err := os.ReadDir(l.tmpDir)
 	if err != nil {

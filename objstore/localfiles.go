@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // openFiles keeps the files of recently read segment objects open, so that
@@ -24,7 +26,7 @@ import (
 // larger, and open their own file as before.
 //
 // A file is kept for openFilesTTL after it was opened, then closed by a
-// sweep, so that an object another process deleted gives its space back
+// sweeper (a worker started with the first kept file, stopped by close), so that an object another process deleted gives its space back
 // within that time. This process's own Put or Delete of a key closes its
 // file at once (after the last read in flight), so deleted space never
 // waits on the cache here and a replaced object is never read through the
@@ -32,7 +34,9 @@ import (
 type openFiles struct {
 	mu       sync.Mutex
 	m        map[string]*openFile
-	sweeping bool
+	sweeping bool           // the sweeper has files to sweep
+	sweeper  *worker.Worker // nil until the first file is kept, and after close
+	closed   bool
 	// forgets counts forget calls: a file opened while one ran may be
 	// the one it meant to close, and is used once but not kept.
 	forgets uint64
@@ -70,7 +74,7 @@ func (c *openFiles) acquire(key string, open func() (*os.File, int64, error)) (*
 		c.mu.Unlock()
 		return e, nil
 	}
-	forgets := c.forgets
+	forgets, closed := c.forgets, c.closed
 	c.mu.Unlock()
 	f, size, err := open()
 	if err != nil {
@@ -80,8 +84,8 @@ func (c *openFiles) acquire(key string, open func() (*os.File, int64, error)) (*
 	e := &openFile{f: f, size: size, opened: time.Now(), refs: 1}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.forgets != forgets {
-		e.gone = true
+	if c.forgets != forgets || closed || c.closed {
+		e.gone = true // used once, not kept
 		return e, nil
 	}
 	if c.m == nil {
@@ -104,7 +108,10 @@ func (c *openFiles) acquire(key string, open func() (*os.File, int64, error)) (*
 	e.refs++ // the map's reference
 	if !c.sweeping {
 		c.sweeping = true
-		time.AfterFunc(openFilesTTL, c.sweep)
+		if c.sweeper == nil {
+			c.sweeper = worker.Start("objstore-local-sweep", nil, c.sweepLoop)
+		}
+		c.sweeper.Notify()
 	}
 	return e, nil
 }
@@ -148,9 +155,21 @@ func (c *openFiles) forget(key string) {
 	}
 }
 
-// sweep closes the files older than openFilesTTL and runs again while any
-// file is open.
-func (c *openFiles) sweep() {
+// sweepLoop is the sweeper: woken by the first file kept, it sweeps
+// openFilesTTL later, then every openFilesTTL/2 while any file is open,
+// and sleeps again once none is.
+func (c *openFiles) sweepLoop(w *worker.Worker) {
+	for w.Wait(0) {
+		wait := openFilesTTL
+		for w.Wait(wait) && c.sweep() {
+			wait = openFilesTTL / 2
+		}
+	}
+}
+
+// sweep closes the files older than openFilesTTL and reports whether any
+// is left open.
+func (c *openFiles) sweep() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, e := range c.m {
@@ -160,9 +179,26 @@ func (c *openFiles) sweep() {
 	}
 	if len(c.m) == 0 {
 		c.sweeping = false
-		return
+		return false
 	}
-	time.AfterFunc(openFilesTTL/2, c.sweep)
+	return true
+}
+
+// close stops the sweeper and closes every kept file (each after its
+// last read in flight); later reads open their files for themselves.
+func (c *openFiles) close() {
+	c.mu.Lock()
+	c.closed = true
+	w := c.sweeper
+	c.sweeper = nil
+	for k, e := range c.m {
+		c.dropLocked(k, e)
+	}
+	c.sweeping = false
+	c.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
 }
 
 // open returns how many files are open here (tests).

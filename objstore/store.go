@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -150,6 +151,23 @@ func asLocal(s Store) *Local {
 	for i := 0; i < 16 && s != nil; i++ {
 		if l, ok := s.(*Local); ok {
 			return l
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			return nil
+		}
+		s = u.Unwrap()
+	}
+	return nil
+}
+
+// Close releases what a store holds running (a Local's sweeper), looking
+// under decorators that expose Unwrap; a store that holds nothing needs
+// no Close.
+func Close(s Store) error {
+	for i := 0; i < 16 && s != nil; i++ {
+		if c, ok := s.(io.Closer); ok {
+			return c.Close()
 		}
 		u, ok := s.(interface{ Unwrap() Store })
 		if !ok {

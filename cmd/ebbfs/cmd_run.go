@@ -248,6 +248,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		}
 		return err
 	}
+	defer objstore.Close(rawStore) // after the engine's Close: a local store's sweeper
 	// Every request of this process is counted for /metrics.
 	limitMemory(int64(c.Cache.MemorySize), log)
 	timed := objstore.NewTimed(rawStore)

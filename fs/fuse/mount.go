@@ -11,6 +11,7 @@ import (
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/stats"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -77,13 +78,35 @@ func DefaultMountOptions() MountOptions {
 // unmounted (Server.Unmount, or umount(8) followed by Server.Wait). The
 // caller closes the engine after that. When the engine is read-only the
 // mount is too.
-func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, error) {
+func Mount(e *ebbfs.Engine, mountpoint string, o MountOptions) (*Server, error) {
 	srv, _, err := mountFS(e, mountpoint, o)
 	return srv, err
 }
 
+// Server is a mounted filesystem: go-fuse's server, whose request loop
+// runs in a worker of the mount's own. When the kernel ends the mount, that
+// worker stops the node limit and a replica's notifier, so Wait and
+// Unmount return only once every goroutine the mount started is gone.
+type Server struct {
+	*fuse.Server
+	serve *worker.Worker
+}
+
+// Unmount unmounts the filesystem and waits for the mount's workers.
+func (s *Server) Unmount() error {
+	if err := s.Server.Unmount(); err != nil {
+		return err
+	}
+	s.Wait()
+	return nil
+}
+
+// Wait waits until the mount is gone (Unmount, or umount(8)) and the
+// mount's workers have stopped.
+func (s *Server) Wait() { <-s.serve.Done() }
+
 // mountFS is Mount, also returning the mount's shared state (tests).
-func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, *fsys, error) {
+func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*Server, *fsys, error) {
 	if e == nil {
 		return nil, nil, errors.New("fuse: nil engine")
 	}
@@ -149,7 +172,12 @@ func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, 
 		f.limit = startNodeLimit(f, limit)
 	}
 	rootNode := &Node{fsys: f}
-	srv, err := mountTimed(mountpoint, rootNode, o.Ops, &fs.Options{
+	if e.ReadOnly() {
+		// A replica: what the writer changes reaches the kernel's caches,
+		// through a worker that stops when the mount is gone.
+		f.notify = startNotifier(f)
+	}
+	srv, err := mountTimed(mountpoint, rootNode, f, o.Ops, &fs.Options{
 		MountOptions:   mo,
 		EntryTimeout:   &entry,
 		AttrTimeout:    &attr,
@@ -159,29 +187,31 @@ func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*fuse.Server, 
 		Logger:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	})
 	if err != nil {
-		if f.limit != nil {
-			f.limit.close()
-		}
+		f.stopWorkers()
 		return nil, nil, err
 	}
 	f.root = rootNode
-	if f.limit != nil {
-		go func() { srv.Wait(); f.limit.close() }()
-	}
-	if e.ReadOnly() {
-		// A replica: what the writer changes reaches the kernel's caches,
-		// through a worker that stops when the mount is gone.
-		f.notify = startNotifier(f)
-		go func() { srv.Wait(); f.notify.close() }()
+	if f.notify != nil {
 		e.SetFollowObserver(f.invalidate)
 	}
 	raiseReadahead(mountpoint, log)
 	return srv, f, nil
 }
 
+// stopWorkers stops the node limit and the notifier, if running.
+func (f *fsys) stopWorkers() {
+	if f.limit != nil {
+		f.limit.close()
+	}
+	if f.notify != nil {
+		f.notify.close()
+	}
+}
+
 // mountTimed is fs.Mount with the request recorder (if any) around the node
-// bridge.
-func mountTimed(dir string, root fs.InodeEmbedder, ops *stats.Ops, opts *fs.Options) (*fuse.Server, error) {
+// bridge. The request loop runs in a worker that stops f's workers when
+// the mount is gone.
+func mountTimed(dir string, root fs.InodeEmbedder, f *fsys, ops *stats.Ops, opts *fs.Options) (*Server, error) {
 	raw := fs.NewNodeFS(root, opts)
 	if ops != nil {
 		raw = newTimedFS(raw, ops)
@@ -190,11 +220,20 @@ func mountTimed(dir string, root fs.InodeEmbedder, ops *stats.Ops, opts *fs.Opti
 	if err != nil {
 		return nil, err
 	}
-	go srv.Serve()
+	s := &Server{Server: srv}
+	s.serve = worker.Start("fuse-serve", nil, func(*worker.Worker) {
+		srv.Serve()
+		f.stopWorkers()
+	})
 	if err := srv.WaitMount(); err != nil {
+		// Unmount ends the request loop if the kernel mounted it;
+		// otherwise the loop ends with the device's first failed read.
+		if srv.Unmount() == nil {
+			s.Wait()
+		}
 		return nil, err
 	}
-	return srv, nil
+	return s, nil
 }
 
 // readaheadKiB is the kernel readahead window asked for the mount. The

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"weak"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // The kernel keeps a dentry and an inode for every name it looked up or
@@ -31,8 +33,7 @@ type nodeLimit struct {
 	f    *fsys
 	max  int64
 	live atomic.Int64 // nodes the kernel holds (counted, not yet forgotten)
-	wake chan struct{}
-	wg   sync.WaitGroup
+	w    *worker.Worker
 
 	mu struct {
 		sync.Mutex
@@ -46,9 +47,8 @@ type nodeLimit struct {
 }
 
 func startNodeLimit(f *fsys, max int) *nodeLimit {
-	l := &nodeLimit{f: f, max: int64(max), wake: make(chan struct{}, 1)}
-	l.wg.Add(1)
-	go l.loop()
+	l := &nodeLimit{f: f, max: int64(max)}
+	l.w = worker.Start("fuse-nodelimit", nil, l.loop)
 	return l
 }
 
@@ -67,10 +67,7 @@ func (l *nodeLimit) added(nd *Node) {
 		l.mu.Unlock()
 	}
 	if l.live.Load() > l.max {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
+		l.w.Notify()
 	}
 }
 
@@ -118,15 +115,8 @@ func (l *nodeLimit) pop(n int) []weak.Pointer[Node] {
 	return out
 }
 
-func (l *nodeLimit) loop() {
-	defer l.wg.Done()
-	for range l.wake {
-		l.mu.Lock()
-		closed := l.mu.closed
-		l.mu.Unlock()
-		if closed {
-			return
-		}
+func (l *nodeLimit) loop(w *worker.Worker) {
+	for w.Wait(0) {
 		// Drop down to 90% of max, once: the kernel's FORGETs arrive
 		// after the invalidations, and the next wake-up sees them.
 		excess := l.live.Load() - l.max*9/10
@@ -166,9 +156,5 @@ func (l *nodeLimit) close() {
 	l.mu.closed = true
 	l.mu.fifo, l.mu.head = nil, 0
 	l.mu.Unlock()
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
-	l.wg.Wait()
+	l.w.Close()
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // A read-only replica follows the writer; the kernel keeps its page,
@@ -55,9 +56,8 @@ func (f *fsys) known() (map[uint64][]*fs.Inode, map[uint64][]link) {
 
 // notifier queues changes for the worker, merging those not yet sent.
 type notifier struct {
-	f      *fsys
-	notify chan struct{}
-	wg     sync.WaitGroup
+	f *fsys
+	w *worker.Worker
 
 	mu struct {
 		sync.Mutex
@@ -70,9 +70,8 @@ type notifier struct {
 
 // startNotifier starts the worker; close stops it.
 func startNotifier(f *fsys) *notifier {
-	n := &notifier{f: f, notify: make(chan struct{}, 1)}
-	n.wg.Add(1)
-	go n.loop()
+	n := &notifier{f: f}
+	n.w = worker.Start("fuse-notify", nil, n.loop)
 	return n
 }
 
@@ -94,20 +93,12 @@ func (n *notifier) queue(ch ebbfs.Changes) {
 		n.mu.entries[e] = true
 	}
 	n.mu.Unlock()
-	select {
-	case n.notify <- struct{}{}:
-	default:
-	}
+	n.w.Notify()
 }
 
-func (n *notifier) loop() {
-	defer n.wg.Done()
-	for range n.notify {
+func (n *notifier) loop(w *worker.Worker) {
+	for w.Wait(0) {
 		n.mu.Lock()
-		if n.mu.closed {
-			n.mu.Unlock()
-			return
-		}
 		ch := ebbfs.Changes{All: n.mu.all}
 		for ino := range n.mu.inodes {
 			ch.Inodes = append(ch.Inodes, ino)
@@ -130,11 +121,7 @@ func (n *notifier) close() {
 	}
 	n.mu.closed = true
 	n.mu.Unlock()
-	select {
-	case n.notify <- struct{}{}:
-	default:
-	}
-	n.wg.Wait()
+	n.w.Close()
 }
 
 // invalidate hands a followed journal's changes to the notifier.

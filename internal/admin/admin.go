@@ -38,6 +38,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // RequestHeader must be present (any value) on state-changing requests.
@@ -106,8 +108,8 @@ type Server struct {
 		closed    bool
 		listeners []net.Listener
 		servers   []*http.Server
+		workers   []*worker.Worker // one per listener, serving it
 	}
-	wg sync.WaitGroup
 }
 
 // New returns a server; it does not listen until Start.
@@ -343,13 +345,12 @@ func (s *Server) Start() error {
 		}
 		s.mu.listeners = append(s.mu.listeners, l)
 		s.mu.servers = append(s.mu.servers, hs)
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
+		// Serve returns when Close shuts hs down.
+		s.mu.workers = append(s.mu.workers, worker.Start("admin-serve", nil, func(*worker.Worker) {
 			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				s.log.Error("admin: serve", "addr", l.Addr().String(), "err", err)
 			}
-		}()
+		}))
 	}
 	return nil
 }
@@ -387,7 +388,7 @@ func (s *Server) Close(ctx context.Context) error {
 		return nil
 	}
 	s.mu.closed = true
-	servers := s.mu.servers
+	servers, workers := s.mu.servers, s.mu.workers
 	s.mu.Unlock()
 	var first error
 	for _, hs := range servers {
@@ -396,7 +397,9 @@ func (s *Server) Close(ctx context.Context) error {
 			hs.Close()
 		}
 	}
-	s.wg.Wait()
+	for _, w := range workers {
+		w.Close()
+	}
 	if s.o.Unix != "" {
 		if err := os.Remove(s.o.Unix); err != nil && !errors.Is(err, os.ErrNotExist) && first == nil {
 			first = err

@@ -32,6 +32,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ebbfs.dev/ebbfs/objstore"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // InstallHint tells how to get the server binary.
@@ -59,7 +61,7 @@ type Server struct {
 	LogPath string
 
 	cmd  *exec.Cmd
-	done chan struct{} // closed when the process exits
+	done <-chan struct{} // closed when the process exits
 	werr error
 
 	argv []string // the command line, for Restart
@@ -321,9 +323,9 @@ func (s *Server) exec() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("s3test: run %s: %w", s.argv[0], err)
 	}
-	done := make(chan struct{})
-	s.cmd, s.done = cmd, done
-	go func() { s.werr = cmd.Wait(); close(done) }()
+	// The reaper's Done is the process's exit; Stop and Kill wait for it.
+	reaper := worker.Start("s3test-reaper", nil, func(*worker.Worker) { s.werr = cmd.Wait() })
+	s.cmd, s.done = cmd, reaper.Done()
 	if err := s.waitReady(); err != nil {
 		_ = s.Stop()
 		return fmt.Errorf("%w\n%s", err, s.logTail())

@@ -14,10 +14,10 @@ import (
 	"math/rand"
 	"slices"
 	"sort"
-	"sync"
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -429,16 +429,14 @@ func testIfAbsentRace(t *testing.T, s objstore.Store) {
 	const n = 16
 	for round := range 3 {
 		key := fmt.Sprintf("meta/journal/%d", round)
-		var wg sync.WaitGroup
+		var wg worker.Group
 		errs := make([]error, n)
 		start := make(chan struct{})
 		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				<-start
 				_, errs[i] = s.Put(ctx, key, []byte(fmt.Sprintf("writer %d", i)), objstore.PutOptions{IfAbsent: true})
-			}()
+			})
 		}
 		close(start)
 		wg.Wait()
@@ -497,18 +495,16 @@ func testIfMatchRace(t *testing.T, s objstore.Store) {
 	etag := mustPut(t, s, "writer.lease", []byte("epoch 0"))
 	const n = 12
 	for round := range 3 {
-		var wg sync.WaitGroup
+		var wg worker.Group
 		errs := make([]error, n)
 		etags := make([]string, n)
 		start := make(chan struct{})
 		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				<-start
 				body := fmt.Sprintf("epoch %d holder %d", round+1, i)
 				etags[i], errs[i] = s.Put(ctx, "writer.lease", []byte(body), objstore.PutOptions{IfMatch: etag})
-			}()
+			})
 		}
 		close(start)
 		wg.Wait()
@@ -537,12 +533,10 @@ func testIfMatchRace(t *testing.T, s objstore.Store) {
 func testConcurrent(t *testing.T, s objstore.Store) {
 	ctx := ctxT(t)
 	const workers, per = 8, 10
-	var wg sync.WaitGroup
+	var wg worker.Group
 	errc := make(chan error, workers)
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range per {
 				key := fmt.Sprintf("segments/%02x/%04d", w, i)
 				data := randBytes(int64(w*1000+i), 1000+i)
@@ -560,7 +554,7 @@ func testConcurrent(t *testing.T, s objstore.Store) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errc)
