@@ -10,6 +10,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/admin"
 	"ebbfs.dev/ebbfs/internal/config"
+	"ebbfs.dev/ebbfs/internal/telemetry"
 )
 
 func adminClient(c *config.Config) *admin.Client {
@@ -85,20 +86,20 @@ func newStatusCmd(g *globalFlags) *cobra.Command {
 			if st.LastError != "" {
 				fmt.Fprintf(out, "last barrier error: %s\n", st.LastError)
 			}
-			if since, ok := st.Extra[extraStoreUnreachableSince].(string); ok {
-				fmt.Fprintf(out, "STORE UNREACHABLE since %s; last error: %v\n", since, st.Extra[extraStoreLastError])
+			if since, ok := st.Extra[telemetry.ExtraStoreUnreachableSince].(string); ok {
+				fmt.Fprintf(out, "STORE UNREACHABLE since %s; last error: %v\n", since, st.Extra[telemetry.ExtraStoreLastError])
 			}
-			free, ok1 := st.Extra[extraCacheDirFree].(float64)
-			floor, ok2 := st.Extra[extraCacheDirFloor].(float64)
-			if failed, ok := st.Extra[extraMetadataFailed].(string); ok {
+			free, ok1 := st.Extra[telemetry.ExtraCacheDirFree].(float64)
+			floor, ok2 := st.Extra[telemetry.ExtraCacheDirFloor].(float64)
+			if failed, ok := st.Extra[telemetry.ExtraMetadataFailed].(string); ok {
 				fmt.Fprintf(out, "STOPPED: %s; every operation fails with EIO and nothing more is acknowledged; stop this writer and start it with a healthy cache directory (everything fsynced is in the store)\n", failed)
 			}
-			if released, _ := st.Extra[extraCacheDirReserveReleased].(bool); released {
+			if released, _ := st.Extra[telemetry.ExtraCacheDirReserveReleased].(bool); released {
 				fmt.Fprintf(out, "CACHE DIRECTORY FULL: %.1f MiB free, the metadata store's emergency reserve is in use; everything that adds metadata fails with ENOSPC until there is room (fsync of earlier writes goes on)\n", free/(1<<20))
 			} else if ok1 && ok2 && free < floor {
 				fmt.Fprintf(out, "CACHE DIRECTORY FULL: %.1f MiB free, new writes need %.1f MiB; they fail with ENOSPC until there is room\n", free/(1<<20), floor/(1<<20))
 			}
-			if r, ok := st.Extra[extraReplica].(map[string]any); ok {
+			if r, ok := st.Extra[telemetry.ExtraReplica].(map[string]any); ok {
 				fmt.Fprintf(out, "replica:    serves journal %v (manifest %v), %.1fs behind the newest durable state\n",
 					r["served_seq"], r["manifest"], r["lag_seconds"])
 				if e, ok := r["error"].(string); ok && e != "" {

@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"strings"
@@ -9,17 +9,18 @@ import (
 
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/stats"
+	"ebbfs.dev/ebbfs/internal/telemetry"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
 )
 
-func sampleState(at time.Time, readBytes, reqs uint64) *monitorState {
-	return &monitorState{
-		At: at, Role: roleWriter, Version: "v1", Store: "file:///s", Mountpoint: "/mnt",
+func sampleState(at time.Time, readBytes, reqs uint64) *telemetry.State {
+	return &telemetry.State{
+		At: at, Role: telemetry.RoleWriter, Version: "v1", Store: "file:///s", Mountpoint: "/mnt",
 		FUSE:          map[string]stats.OpSnapshot{"read": {Count: readBytes / 4096, Bytes: readBytes}},
 		StoreRequests: objstore.Counts{Get: int64(reqs)},
 		Engine:        fs.StatsSnapshot{Barriers: 3, TombstonesCreated: 1},
-		Space: &spaceReply{SpaceReport: reclaim.SpaceReport{LiveBytes: 1 << 20, SegmentBytes: 3 << 20, DeadBytes: 2 << 20,
+		Space: &telemetry.SpaceReply{SpaceReport: reclaim.SpaceReport{LiveBytes: 1 << 20, SegmentBytes: 3 << 20, DeadBytes: 2 << 20,
 			AwaitingBytes: 2 << 20, AwaitingSegments: 1, DeadSegments: 1, TombstonesPending: 1, TombstoneBytes: 2 << 20,
 			EarliestDeadline: at.Add(5 * time.Second)}},
 		Reclaim:       &reclaim.Activity{Phase: reclaim.PhaseIdle},
@@ -90,5 +91,13 @@ func TestTUIViewAndKeys(t *testing.T) {
 func TestSparkline(t *testing.T) {
 	if s := sparkline([]float64{0, 1, 2, 4}, 6); s != "  ▁▃▅█" {
 		t.Errorf("sparkline %q", s)
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 20: "3.0 MiB", 5<<40 + 1<<39: "5.5 TiB"} {
+		if got := HumanBytes(n); got != want {
+			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
