@@ -1,13 +1,20 @@
 package monitor
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
 
 	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/admin"
 	"ebbfs.dev/ebbfs/internal/stats"
 	"ebbfs.dev/ebbfs/internal/telemetry"
 	"ebbfs.dev/ebbfs/objstore"
@@ -99,5 +106,77 @@ func TestHumanBytes(t *testing.T) {
 		if got := HumanBytes(n); got != want {
 			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestPlainSamplesTheProcess: Plain fetches the state from the admin
+// endpoint every interval and prints one line per sample, with the rates
+// between samples from the second on.
+func TestPlainSamplesTheProcess(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != telemetry.RouteMonitor {
+			http.NotFound(w, r)
+			return
+		}
+		i := n.Add(1) - 1
+		_ = json.NewEncoder(w).Encode(sampleState(t0.Add(time.Duration(i)*time.Second), uint64(i)*(2<<20), uint64(i)*5))
+	}))
+	defer srv.Close()
+	cl := admin.NewClient("", strings.TrimPrefix(srv.URL, "http://"))
+	var out bytes.Buffer
+	if err := Plain(context.Background(), cl, &out, 100*time.Millisecond, 3); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || n.Load() != 3 {
+		t.Fatalf("%d lines from %d samples, want 3:\n%s", len(lines), n.Load(), out.String())
+	}
+	if !strings.Contains(lines[0], "read=0 B/s") || !strings.Contains(lines[2], "read=2.0 MiB/s") || !strings.Contains(lines[2], "req/s=5.0") {
+		t.Errorf("rates wrong:\n%s", out.String())
+	}
+
+	// A process that is not running ends the monitor with the error.
+	srv.Close()
+	if err := Plain(context.Background(), cl, &out, 100*time.Millisecond, 1); err == nil {
+		t.Error("no error from a process that is gone")
+	}
+}
+
+func TestUntilAndSecs(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		t    time.Time
+		want string
+	}{
+		{time.Time{}, "never"},
+		{now.Add(5 * time.Second), "in 5s"},
+		{now.Add(-90 * time.Second), "1m30s ago"},
+		{now.Add(1500 * time.Millisecond), "in 1.5s"},
+		{now.Add(-250 * time.Microsecond), "0s ago"},
+	} {
+		if got := until(tc.t, now); got != tc.want {
+			t.Errorf("until(%v) = %q, want %q", tc.t.Sub(now), got, tc.want)
+		}
+	}
+}
+
+// TestViewOfAReplica: a replica's view shows its lag and no reclamation
+// controls' results.
+func TestViewOfAReplica(t *testing.T) {
+	m := &tuiModel{interval: time.Second, width: 120, height: 60}
+	st := sampleState(time.Now(), 0, 0)
+	st.Role, st.Space, st.Reclaim, st.ReclaimTotals = telemetry.RoleReplica, nil, nil, nil
+	st.Replica = &telemetry.ReplicaState{Served: 42, LagSeconds: 3.2, Follows: true}
+	m.Update(sampleMsg{st: *st})
+	v := m.View()
+	for _, want := range []string{"replica lag 3.2s (journal 42)"} {
+		if !strings.Contains(v, want) {
+			t.Errorf("replica view lacks %q:\n%s", want, v)
+		}
+	}
+	if strings.Contains(v, "tombstones pending") {
+		t.Errorf("a replica's view shows the writer's footprint:\n%s", v)
 	}
 }
