@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,22 +41,22 @@ func TestCleanupRunsLastFirst(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log destination the daemon's goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// logFile is a log the daemon's goroutines write to (an *os.File is
+// safe for that) and the test reads.
+type logFile struct{ f *os.File }
+
+func newLogFile(t *testing.T) *logFile {
+	f, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &logFile{f}
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func (l *logFile) String() string {
+	b, _ := os.ReadFile(l.f.Name())
+	return string(b)
 }
 
 var goroutineHeader = regexp.MustCompile(`^goroutine (\d+) \[`)
@@ -154,8 +152,8 @@ func TestRunShutdownLeavesNothingBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
-	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logs := newLogFile(t)
+	log := slog.New(slog.NewTextHandler(logs.f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	before := goroutines()
 	sigs := make(chan os.Signal, 2)
@@ -167,7 +165,7 @@ func TestRunShutdownLeavesNothingBehind(t *testing.T) {
 	mp := c.Mount.Path
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if m, ok, _ := mountinfo.Find(mp); ok && m.FSType == "fuse.ebbfs" && logsSay(&logs, "ebbfs running") {
+		if m, ok, _ := mountinfo.Find(mp); ok && m.FSType == "fuse.ebbfs" && logsSay(logs, "ebbfs running") {
 			break
 		}
 		select {
@@ -207,7 +205,7 @@ func TestRunShutdownLeavesNothingBehind(t *testing.T) {
 
 	// The final barrier made the file durable: a new engine reads it.
 	e, err := fs.Open(context.Background(), fs.Options{Store: store, Keys: k, CacheDir: t.TempDir(), ReadOnly: true,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		Logger: slog.New(slog.NewTextHandler(logs.f, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +215,7 @@ func TestRunShutdownLeavesNothingBehind(t *testing.T) {
 	}
 }
 
-func logsSay(l *syncBuffer, s string) bool { return strings.Contains(l.String(), s) }
+func logsSay(l *logFile, s string) bool { return strings.Contains(l.String(), s) }
 
 // readFile reads the file name in the root of e.
 func readFile(t *testing.T, e *fs.Engine, name string) string {
