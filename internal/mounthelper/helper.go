@@ -170,22 +170,23 @@ func Run(args []string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting ebbfs run: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
 	deadline := time.After(mountWaitTimeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-exited:
-			// The run may have mounted and then stopped at once; report
-			// what it said either way.
-			return fmt.Errorf("ebbfs run exited before the mount appeared (%v); its log (%s):\n%s", err, logPath, logTail(logPath, startOff))
 		case <-deadline:
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("%s did not appear within %s; stopped the writer; see %s:\n%s", mp, mountWaitTimeout, logPath, logTail(logPath, startOff))
 		case <-tick.C:
+			// The writer is polled for, not waited for in a goroutine:
+			// once the mount is up the helper returns and the writer
+			// lives on in its own session.
+			if status, ok := exited(cmd.Process.Pid); ok {
+				// The run may have mounted and then stopped at once;
+				// report what it said either way.
+				return fmt.Errorf("ebbfs run exited before the mount appeared (%s); its log (%s):\n%s", status, logPath, logTail(logPath, startOff))
+			}
 			if m, ok, _ := mountinfo.Find(mp); ok && m.FSType == "fuse."+fuse.Name {
 				// statfs reaches the daemon: a dead mount the writer is
 				// about to detach does not count.
@@ -198,6 +199,21 @@ func Run(args []string) error {
 			}
 		}
 	}
+}
+
+// exited reaps the child pid if it has exited and describes how.
+func exited(pid int) (string, bool) {
+	var ws syscall.WaitStatus
+	got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	switch {
+	case err != nil:
+		return err.Error(), true
+	case got != pid:
+		return "", false
+	case ws.Signaled():
+		return "signal: " + ws.Signal().String(), true
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus()), true
 }
 
 // logTail returns the log written since off (at most the last 4 KiB).

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"ebbfs.dev/ebbfs/internal/mountinfo"
 )
@@ -117,5 +119,34 @@ func TestRunFakeChecksArguments(t *testing.T) {
 	}
 	if err := Run([]string{filepath.Join(t.TempDir(), "missing.toml"), t.TempDir()}); err == nil || errors.As(err, &ue) {
 		t.Errorf("a missing config: %v, want a plain error", err)
+	}
+}
+
+func TestExitedReapsTheChild(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "read x; exit 3")
+	w, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := exited(cmd.Process.Pid); ok {
+		t.Fatalf("a child still running counts as exited: %s", s)
+	}
+	w.Close() // the child reads EOF and exits 3
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, ok := exited(cmd.Process.Pid)
+		if ok {
+			if s != "exit status 3" {
+				t.Errorf("exited: %q, want exit status 3", s)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child's exit was not seen")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
