@@ -63,7 +63,7 @@ var layers = map[string][]string{
 // forbidden lists imports that would otherwise look downward but break a
 // rule of the design.
 var forbidden = map[string][]string{
-	"fs": {"reclaim"}, // cmd/ebbfs wires them through fs.Events and reclaim.Host
+	"fs": {"reclaim"}, // internal/daemon wires them through fs.Events and reclaim.Host
 }
 
 func TestImportLayers(t *testing.T) {
