@@ -232,3 +232,41 @@ func readFile(t *testing.T, e *fs.Engine, name string) string {
 	}
 	return string(buf[:n])
 }
+
+// TestSignalDuringStartup: a signal while the store is being unlocked
+// stops Run without error, nothing mounted and no goroutine left.
+func TestSignalDuringStartup(t *testing.T) {
+	c := testConfig(t, t.TempDir())
+	logs := newLogFile(t)
+	before := goroutines()
+	sigs := make(chan os.Signal, 1)
+	unlocking := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(Options{Config: c, Version: "v-test", Log: slog.New(slog.NewTextHandler(logs.f, nil)), Signals: sigs,
+			Unlock: func(ctx context.Context, _ *config.Config) (objstore.Store, *keys.Keys, error) {
+				close(unlocking)
+				<-ctx.Done() // a store that does not answer
+				return nil, nil, fmt.Errorf("unlocking: %w", ctx.Err())
+			}})
+	}()
+	<-unlocking
+	sigs <- syscall.SIGTERM
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("Run stopped during startup: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("a signal during startup did not stop Run; log:\n%s", logs.String())
+	}
+	if !logsSay(logs, "signal during startup") {
+		t.Errorf("the log does not say why it stopped:\n%s", logs.String())
+	}
+	if _, ok, _ := mountinfo.Find(c.Mount.Path); ok {
+		t.Errorf("%s mounted", c.Mount.Path)
+	}
+	if left := leftAfter(before, 10*time.Second); len(left) > 0 {
+		t.Errorf("%d goroutines outlive Run:\n\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
