@@ -16,6 +16,7 @@ import (
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/internal/admin"
 	"ebbfs.dev/ebbfs/internal/config"
+	"ebbfs.dev/ebbfs/internal/telemetry"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -41,14 +42,14 @@ one (they read the records in the store directly).`,
 			if err != nil {
 				return err
 			}
-			req := checkpointRequest{Name: args[0], Kind: checkpoint.Ephemeral, TTLSeconds: ttl.Seconds()}
+			req := telemetry.CheckpointRequest{Name: args[0], Kind: checkpoint.Ephemeral, TTLSeconds: ttl.Seconds()}
 			if persistent {
-				req = checkpointRequest{Name: args[0], Kind: checkpoint.Persistent}
+				req = telemetry.CheckpointRequest{Name: args[0], Kind: checkpoint.Persistent}
 			} else if ttl <= 0 {
 				return &usageError{errors.New("give --persistent or a positive --ttl")}
 			}
 			var rec checkpoint.Record
-			if err := adminClient(c).Do(context.Background(), http.MethodPost, routeCheckpoints, req, &rec); err != nil {
+			if err := adminClient(c).Do(context.Background(), http.MethodPost, telemetry.RouteCheckpoints, req, &rec); err != nil {
 				return err
 			}
 			printCheckpoints(cmd.OutOrStdout(), []checkpoint.Record{rec})
@@ -70,7 +71,7 @@ one (they read the records in the store directly).`,
 			}
 			ctx := context.Background()
 			var recs []checkpoint.Record
-			err = adminClient(c).Do(ctx, http.MethodGet, routeCheckpoints, nil, &recs)
+			err = adminClient(c).Do(ctx, http.MethodGet, telemetry.RouteCheckpoints, nil, &recs)
 			if errors.Is(err, admin.ErrNotRunning) {
 				recs, err = storeCheckpoints(ctx, c)
 			}
@@ -97,7 +98,7 @@ one (they read the records in the store directly).`,
 			}
 			ctx := context.Background()
 			var rec checkpoint.Record
-			err = adminClient(c).Do(ctx, http.MethodGet, routeCheckpoints+"/"+url.PathEscape(args[0]), nil, &rec)
+			err = adminClient(c).Do(ctx, http.MethodGet, telemetry.RouteCheckpoints+"/"+url.PathEscape(args[0]), nil, &rec)
 			if errors.Is(err, admin.ErrNotRunning) {
 				var st objstore.Store
 				if st, err = openStore(ctx, c); err == nil {
@@ -121,7 +122,7 @@ one (they read the records in the store directly).`,
 				return err
 			}
 			ctx := context.Background()
-			err = adminClient(c).Do(ctx, http.MethodDelete, routeCheckpoints+"/"+url.PathEscape(args[0]), nil, nil)
+			err = adminClient(c).Do(ctx, http.MethodDelete, telemetry.RouteCheckpoints+"/"+url.PathEscape(args[0]), nil, nil)
 			if errors.Is(err, admin.ErrNotRunning) {
 				var st objstore.Store
 				if st, err = openStore(ctx, c); err == nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/daemon"
 	"ebbfs.dev/ebbfs/internal/keys"
 )
 
@@ -50,14 +51,10 @@ them). It is recorded in the filesystem and cannot be changed later.`,
 				}
 				return fmt.Errorf("%s: %w", c.Storage.URL, err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "initialized ebbfs filesystem %s in %s (cipher %s)\n", uuidString(k.UUID), c.Storage.URL, ciph)
+			fmt.Fprintf(cmd.OutOrStdout(), "initialized ebbfs filesystem %s in %s (cipher %s)\n", daemon.UUIDString(k.UUID), c.Storage.URL, ciph)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&cipher, "cipher", "auto", "frame cipher: auto, xaes-256-gcm or xchacha20-poly1305")
 	return cmd
-}
-
-func uuidString(u [16]byte) string {
-	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"ebbfs.dev/ebbfs/internal/monitor"
+	"ebbfs.dev/ebbfs/internal/telemetry"
 	"ebbfs.dev/ebbfs/reclaim"
 )
 
@@ -32,7 +32,7 @@ summary. Safety rules (deadlines, checkpoints) are the same as always.`,
 				return err
 			}
 			var st reclaim.CycleStats
-			if err := adminClient(c).Do(context.Background(), http.MethodPost, routeReclaimRun, struct{}{}, &st); err != nil {
+			if err := adminClient(c).Do(context.Background(), http.MethodPost, telemetry.RouteReclaimRun, struct{}{}, &st); err != nil {
 				return err
 			}
 			if asJSON {
@@ -40,7 +40,7 @@ summary. Safety rules (deadlines, checkpoints) are the same as always.`,
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "cycle: %d counters scanned, %d dead, %d deleted (%s freed), %d repacks (%d failed), %d frames relocated, took %s\n",
-				st.Counters, st.Dead, st.Deleted, humanBytes(st.BytesFreed), st.Repacks, st.RepackFailed, st.RelocatedFrames, st.Duration.Round(time.Millisecond))
+				st.Counters, st.Dead, st.Deleted, monitor.HumanBytes(st.BytesFreed), st.Repacks, st.RepackFailed, st.RelocatedFrames, st.Duration.Round(time.Millisecond))
 			if st.Paused {
 				fmt.Fprintf(w, "deletion and repack paused by persistent checkpoint(s): %v\n", st.PinnedBy)
 			}
@@ -59,87 +59,18 @@ summary. Safety rules (deadlines, checkpoints) are the same as always.`,
 				return err
 			}
 			var st reclaim.SweepStats
-			if err := adminClient(c).Do(context.Background(), http.MethodPost, routeReclaimSweep, struct{}{}, &st); err != nil {
+			if err := adminClient(c).Do(context.Background(), http.MethodPost, telemetry.RouteReclaimSweep, struct{}{}, &st); err != nil {
 				return err
 			}
 			if sweepJSON {
 				return printJSON(cmd.OutOrStdout(), st)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "sweep: %d listed, %d without counter, %d deleted (%s), %d unreadable kept, %d referenced, complete=%v, took %s\n",
-				st.Listed, st.Counterless, st.Deleted, humanBytes(st.DeletedBytes), st.Unreadable, st.Referenced, st.Complete, st.Duration.Round(time.Millisecond))
+				st.Listed, st.Counterless, st.Deleted, monitor.HumanBytes(st.DeletedBytes), st.Unreadable, st.Referenced, st.Complete, st.Duration.Round(time.Millisecond))
 			return nil
 		},
 	}
 	sweep.Flags().BoolVar(&sweepJSON, "json", false, "print JSON")
 	cmd.AddCommand(run, sweep)
 	return cmd
-}
-
-func newSpaceCmd(g *globalFlags) *cobra.Command {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "space",
-		Short: "Show where the filesystem's bytes are (live, fragmented, dead, pinned)",
-		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.load()
-			if err != nil {
-				return err
-			}
-			var rep spaceReply
-			if err := adminClient(c).Do(context.Background(), http.MethodGet, routeSpace, nil, &rep); err != nil {
-				return err
-			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), rep)
-			}
-			printSpace(cmd.OutOrStdout(), rep)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	return cmd
-}
-
-func printSpace(w io.Writer, r spaceReply) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "live data\t%s\n", humanBytes(r.LiveBytes))
-	fmt.Fprintf(tw, "segments\t%d, %s stored\n", r.SegmentCount, humanBytes(r.SegmentBytes))
-	fmt.Fprintf(tw, "fragmented (repack's work)\t%s\n", humanBytes(r.FragmentedBytes))
-	fmt.Fprintf(tw, "dead segments (deletion's work)\t%d, %s\n", r.DeadSegments, humanBytes(r.DeadBytes))
-	if r.AwaitingSegments > 0 {
-		fmt.Fprintf(tw, "awaiting their deadline\t%d, %s, first due %s\n", r.AwaitingSegments, humanBytes(r.AwaitingBytes), r.EarliestDeadline.Local().Format(time.RFC3339))
-	}
-	for name, b := range r.Pinned {
-		fmt.Fprintf(tw, "pinned by checkpoint %s\t%s\n", name, humanBytes(b))
-	}
-	if r.CheckpointError != "" {
-		fmt.Fprintf(tw, "checkpoints\tunreadable: %s\n", r.CheckpointError)
-	}
-	fmt.Fprintf(tw, "deleted files awaiting the cleaner\t%d, %s\n", r.TombstonesPending, humanBytes(r.TombstoneBytes))
-	if r.MetaError != "" {
-		fmt.Fprintf(tw, "metadata objects\tunknown: %s\n", r.MetaError)
-	} else {
-		fmt.Fprintf(tw, "metadata objects\t%d, %s\n", r.MetaObjects, humanBytes(r.MetaBytes))
-	}
-	if !r.LastSweep.IsZero() {
-		fmt.Fprintf(tw, "last orphan sweep\t%s\n", r.LastSweep.Local().Format(time.RFC3339))
-	}
-	if !r.NextSweep.IsZero() {
-		fmt.Fprintf(tw, "next orphan sweep\t%s\n", r.NextSweep.Local().Format(time.RFC3339))
-	}
-	tw.Flush()
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

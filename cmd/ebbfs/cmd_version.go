@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"ebbfs.dev/ebbfs/internal/daemon"
 	"ebbfs.dev/ebbfs/internal/keys"
 )
 
@@ -31,8 +32,8 @@ func newVersionCmd() *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintf(cmd.OutOrStdout(), "ebbfs %s (store format %d, %s, %s/%s)\n", versionString(), keys.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			if testTags != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "TEST BUILD, tags: %s (failpoints and the test time scale; not for production)\n", testTags)
+			if daemon.TestTags != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "TEST BUILD, tags: %s (failpoints and the test time scale; not for production)\n", daemon.TestTags)
 			}
 			return nil
 		},

@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"ebbfs.dev/ebbfs/internal/mounthelper"
+	"ebbfs.dev/ebbfs/internal/mountinfo"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -18,12 +21,13 @@ var version = "dev"
 const MountHelperName = "mount.fuse.ebbfs"
 
 func main() {
+	mountinfo.RunProbe() // a child started to statfs a mount does only that
 	os.Exit(run(os.Args))
 }
 
 func run(args []string) int {
 	if len(args) > 0 && filepath.Base(args[0]) == MountHelperName {
-		return exitCode(mountHelper(args[1:]))
+		return exitCode(mounthelper.Run(args[1:]))
 	}
 	cmd := newRootCmd()
 	cmd.SetArgs(args[1:])
@@ -57,7 +61,8 @@ func exitCode(err error) int {
 		return ee.code
 	}
 	var ue *usageError
-	if errors.As(err, &ue) {
+	var he *mounthelper.UsageError
+	if errors.As(err, &ue) || errors.As(err, &he) {
 		return exitUsage
 	}
 	return exitFailure

@@ -1,10 +1,12 @@
-package main
+package telemetry
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // TestRefreshedDoesNotStallOnTheStore: the first get waits for its fetch;
@@ -12,7 +14,10 @@ import (
 // answer) holds a reader back at most refreshWait, and a failed fetch
 // keeps the last good value with the error.
 func TestRefreshedDoesNotStallOnTheStore(t *testing.T) {
+	var owner worker.Group
+	defer owner.Wait() // every fetch has ended when the test does
 	var r refreshed[int]
+	r.start = func(f func(context.Context)) { owner.Go(func() { f(context.Background()) }) }
 	ctx := context.Background()
 	v, errStr, at := r.get(ctx, time.Hour, func(context.Context) (int, error) { return 1, nil })
 	if v != 1 || errStr != "" || at.IsZero() {

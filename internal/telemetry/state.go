@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -12,28 +12,29 @@ import (
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/stats"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
 	"ebbfs.dev/ebbfs/segment"
 )
 
-// routeMonitor serves monitorState: everything `ebbfs monitor` and the
+// RouteMonitor serves State: everything `ebbfs monitor` and the
 // status page show, in one JSON document.
 const (
-	routeMonitor = "/v1/monitor"
-	routeHistory = "/v1/history"
+	RouteMonitor = "/v1/monitor"
+	RouteHistory = "/v1/history"
 )
 
 // Roles of a running process.
 const (
-	roleWriter     = "writer"
-	roleReplica    = "replica"
-	roleCheckpoint = "checkpoint reader"
+	RoleWriter     = "writer"
+	RoleReplica    = "replica"
+	RoleCheckpoint = "checkpoint reader"
 )
 
-// monitorState is GET /v1/monitor. Counters are cumulative since the
+// State is GET /v1/monitor. Counters are cumulative since the
 // process started; clients compute rates from two samples.
-type monitorState struct {
+type State struct {
 	At         time.Time `json:"at"`
 	Role       string    `json:"role"`
 	Checkpoint string    `json:"checkpoint,omitempty"` // the checkpoint a checkpoint reader serves
@@ -45,7 +46,7 @@ type monitorState struct {
 	UptimeSec  float64   `json:"uptime_seconds"`
 	NBD        []string  `json:"nbd,omitempty"`
 
-	Replica *replicaState `json:"replica,omitempty"`
+	Replica *ReplicaState `json:"replica,omitempty"`
 
 	// StoreUnreachableSince is set while every store request fails: when
 	// that began, and the last error.
@@ -58,7 +59,7 @@ type monitorState struct {
 	StoreRequests objstore.Counts             `json:"store_requests"`
 	StoreOps      map[string]stats.OpSnapshot `json:"store_ops"`
 
-	Space      *spaceReply `json:"space,omitempty"`
+	Space      *SpaceReply `json:"space,omitempty"`
 	SpaceError string      `json:"space_error,omitempty"`
 	SpaceAt    time.Time   `json:"space_at,omitzero"`
 
@@ -71,14 +72,14 @@ type monitorState struct {
 	Reclaim         *reclaim.Activity `json:"reclaim,omitempty"`
 	ReclaimTotals   *reclaim.Totals   `json:"reclaim_totals,omitempty"`
 	ReclaimRequests *objstore.Counts  `json:"reclaim_requests,omitempty"`
-	MetaGC          *metaGCState      `json:"metagc,omitempty"`
+	MetaGC          *MetaGCState      `json:"metagc,omitempty"`
 
 	Checkpoints     []checkpoint.Record `json:"checkpoints"`
 	CheckpointError string              `json:"checkpoint_error,omitempty"`
 }
 
-// metaGCState is the metadata object GC's part of monitorState.
-type metaGCState struct {
+// MetaGCState is the metadata object GC's part of State.
+type MetaGCState struct {
 	Passes int                  `json:"passes"`
 	LastAt time.Time            `json:"last_at,omitzero"`
 	Last   reclaim.MetaGCStats  `json:"last"`
@@ -95,23 +96,89 @@ const (
 	checkpointsTTL = 10 * time.Second
 )
 
-// sampler builds monitorState for /v1/monitor, /metrics and the page.
-type sampler struct {
-	p *process
+// Source is what a running process shows: the engine, the store's
+// recorders and the writer's reclamation once it runs. The daemon fills it.
+type Source struct {
+	Engine     *fs.Engine
+	Store      objstore.Store
+	Count      *objstore.Counting // nil: requests are not counted
+	Timed      *objstore.Timed    // nil: latencies are not recorded
+	FS         *fs.Stats          // cleaner and barriers
+	FUSEOps    *stats.Ops         // FUSE requests by operation
+	NBDOps     *stats.Ops         // NBD commands
+	Lag        *ReplicaLag        // readers that follow: distance from the writer
+	Checkpoint string             // the checkpoint a checkpoint reader serves
+	Version    string
+	StoreURL   string
+	Mountpoint string
+	StartedAt  time.Time
+	// NBDAddrs returns the NBD addresses served (nil: none).
+	NBDAddrs func() []string
+	// Reclaim returns the writer's reclamation, or nils before it starts
+	// and on a reader.
+	Reclaim func() (*reclaim.Reclaimer, *reclaim.MetaGC)
+}
+
+// Role is the process's role: RoleWriter, RoleReplica or RoleCheckpoint.
+func (s *Source) Role() string {
+	switch {
+	case s.Checkpoint != "":
+		return RoleCheckpoint
+	case s.Engine.ReadOnly():
+		return RoleReplica
+	}
+	return RoleWriter
+}
+
+func (s *Source) reclamation() (*reclaim.Reclaimer, *reclaim.MetaGC) {
+	if s.Reclaim == nil {
+		return nil, nil
+	}
+	return s.Reclaim()
+}
+
+// Sampler builds State for /v1/monitor, /metrics and the page.
+type Sampler struct {
+	src *Source
 
 	// Listed from the store, refreshed in the background so that an
 	// unreachable store does not stall the readers of the state.
 	ckpts refreshed[[]checkpoint.Record]
 	meta  refreshed[metaFootprint]
+	// refreshes owns the background fetches; Close cancels and waits.
+	refreshes worker.Group
+	ctx       context.Context
+	cancel    context.CancelFunc
 
 	mu struct {
 		sync.Mutex
-		space     *spaceReply
+		space     *SpaceReply
 		spaceGen  uint64        // spaceGeneration when space was computed
 		spaceTook time.Duration // how long that computation took
 		spaceErr  string
 		spaceAt   time.Time
 	}
+}
+
+// NewSampler returns a sampler of src; Close stops its background fetches.
+func NewSampler(src *Source) *Sampler {
+	s := &Sampler{src: src}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.ckpts.start = s.startFetch
+	s.meta.start = s.startFetch
+	return s
+}
+
+// startFetch runs a refresh in a goroutine the sampler owns, under the
+// sampler's context.
+func (s *Sampler) startFetch(f func(context.Context)) {
+	s.refreshes.Go(func() { f(s.ctx) })
+}
+
+// Close cancels the fetches under way and waits for them.
+func (s *Sampler) Close() {
+	s.cancel()
+	s.refreshes.Wait()
 }
 
 // metaFootprint is the size of meta/.
@@ -123,9 +190,9 @@ type metaFootprint struct {
 // checkpoints returns the checkpoint list, listed at most every
 // checkpointsTTL (see refreshed: while the store does not answer, the
 // last list and the error).
-func (s *sampler) checkpoints(ctx context.Context) ([]checkpoint.Record, string) {
+func (s *Sampler) checkpoints(ctx context.Context) ([]checkpoint.Record, string) {
 	recs, errStr, _ := s.ckpts.get(ctx, checkpointsTTL, func(ctx context.Context) ([]checkpoint.Record, error) {
-		return checkpoint.List(ctx, s.p.st)
+		return checkpoint.List(ctx, s.src.Store)
 	})
 	if recs == nil {
 		recs = []checkpoint.Record{}
@@ -136,15 +203,15 @@ func (s *sampler) checkpoints(ctx context.Context) ([]checkpoint.Record, string)
 // space returns the writer's footprint: the counter scan at most every
 // spaceTTL, the meta/ listing at most every metaTTL, pinned bytes from
 // the cached checkpoint list.
-func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, string, time.Time) {
+func (s *Sampler) space(ctx context.Context, r *reclaim.Reclaimer, gc *reclaim.MetaGC) (*SpaceReply, string, time.Time) {
 	recs, ckErr := s.checkpoints(ctx)
 	meta, metaErr, _ := s.meta.get(ctx, metaTTL, func(ctx context.Context) (metaFootprint, error) {
-		n, b, err := bg.gc.Footprint(ctx)
+		n, b, err := gc.Footprint(ctx)
 		return metaFootprint{n, b}, err
 	})
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	gen := s.spaceGeneration(bg)
+	gen := s.spaceGeneration(r)
 	// The scan is reused for spaceTTL unless reclamation changed something,
 	// and in any case for ten times as long as it took: the counters and
 	// the extents of huge pending tombstones take a while to scan, and
@@ -154,7 +221,7 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 		return s.mu.space, s.mu.spaceErr, s.mu.spaceAt
 	}
 	start := time.Now()
-	rep, err := bg.r.SpaceLocal()
+	rep, err := r.SpaceLocal()
 	s.mu.spaceTook = time.Since(start)
 	if err != nil {
 		s.mu.spaceErr = err.Error()
@@ -165,7 +232,7 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 	} else {
 		rep.AddPinned(recs)
 	}
-	out := &spaceReply{SpaceReport: rep, MetaError: metaErr}
+	out := &SpaceReply{SpaceReport: rep, MetaError: metaErr}
 	out.MetaObjects, out.MetaBytes = meta.objects, meta.bytes
 	s.mu.space, s.mu.spaceErr, s.mu.spaceAt, s.mu.spaceGen = out, "", time.Now(), gen
 	return out, "", s.mu.spaceAt
@@ -175,74 +242,64 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 // footprint: a cycle ended, the cleaner committed, a tombstone was
 // written. A cached footprint of an older generation is not reused, so a
 // reader right after a cycle sees what it did.
-func (s *sampler) spaceGeneration(bg *background) uint64 {
-	_, cycles := bg.r.LastCycle()
-	es := s.p.fsStats.Snapshot()
+func (s *Sampler) spaceGeneration(r *reclaim.Reclaimer) uint64 {
+	_, cycles := r.LastCycle()
+	es := s.src.FS.Snapshot()
 	return uint64(cycles) + es.CleanerBatches + es.TombstonesCreated
 }
 
-// state builds a monitorState.
-func (s *sampler) state(ctx context.Context) monitorState {
-	p := s.p
-	st := monitorState{
+// State builds a State.
+func (s *Sampler) State(ctx context.Context) State {
+	p := s.src
+	st := State{
 		At:          time.Now(),
-		Role:        p.role(),
-		Checkpoint:  p.checkpoint,
-		Version:     versionString(),
+		Role:        p.Role(),
+		Checkpoint:  p.Checkpoint,
+		Version:     p.Version,
 		PID:         os.Getpid(),
-		Store:       p.c.Storage.URL,
-		Mountpoint:  p.mp,
-		StartedAt:   p.started,
-		UptimeSec:   time.Since(p.started).Seconds(),
-		FUSE:        used(p.fuseOps.Snapshot()),
-		NBDOps:      used(p.nbdOps.Snapshot()),
+		Store:       p.StoreURL,
+		Mountpoint:  p.Mountpoint,
+		StartedAt:   p.StartedAt,
+		UptimeSec:   time.Since(p.StartedAt).Seconds(),
+		FUSE:        used(p.FUSEOps.Snapshot()),
+		NBDOps:      used(p.NBDOps.Snapshot()),
 		StoreOps:    map[string]stats.OpSnapshot{},
-		Engine:      p.fsStats.Snapshot(),
-		DirtyBytes:  p.e.DirtyBytes(),
-		Cache:       p.e.Reader().Stats(),
+		Engine:      p.FS.Snapshot(),
+		DirtyBytes:  p.Engine.DirtyBytes(),
+		Cache:       p.Engine.Reader().Stats(),
 		MemoryRSS:   rss(),
 		MemoryLimit: debug.SetMemoryLimit(-1),
 	}
-	p.mu.Lock()
-	st.NBD = append([]string(nil), p.mu.nbdAddrs...)
-	p.mu.Unlock()
-	if p.count != nil {
-		st.StoreRequests = p.count.Snapshot()
+	if p.NBDAddrs != nil {
+		st.NBD = p.NBDAddrs()
 	}
-	if p.timed != nil {
-		st.StoreOps = p.timed.Ops().Snapshot()
-		st.StoreUnreachableSince, st.StoreLastError = p.timed.Health()
+	if p.Count != nil {
+		st.StoreRequests = p.Count.Snapshot()
 	}
-	if p.lag != nil {
-		r := p.lag.get(ctx)
+	if p.Timed != nil {
+		st.StoreOps = p.Timed.Ops().Snapshot()
+		st.StoreUnreachableSince, st.StoreLastError = p.Timed.Health()
+	}
+	if p.Lag != nil {
+		r := p.Lag.Get(ctx)
 		st.Replica = &r
 	}
 	st.Checkpoints, st.CheckpointError = s.checkpoints(ctx)
-	if bg := p.bg.Load(); bg != nil {
-		st.Space, st.SpaceError, st.SpaceAt = s.space(ctx, bg)
-		a := bg.r.Activity()
-		t := bg.r.Totals()
-		rq := bg.r.Requests()
+	if r, gc := p.reclamation(); r != nil {
+		st.Space, st.SpaceError, st.SpaceAt = s.space(ctx, r, gc)
+		a := r.Activity()
+		t := r.Totals()
+		rq := r.Requests()
 		st.Reclaim, st.ReclaimTotals, st.ReclaimRequests = &a, &t, &rq
-		last, passes := bg.gc.LastPass()
-		totals, next := bg.gc.Totals()
-		m := &metaGCState{Passes: passes, LastAt: last.At, Last: last.Stats, Next: next, Totals: totals}
+		last, passes := gc.LastPass()
+		totals, next := gc.Totals()
+		m := &MetaGCState{Passes: passes, LastAt: last.At, Last: last.Stats, Next: next, Totals: totals}
 		if last.Err != nil {
 			m.Error = last.Err.Error()
 		}
 		st.MetaGC = m
 	}
 	return st
-}
-
-func (p *process) role() string {
-	switch {
-	case p.checkpoint != "":
-		return roleCheckpoint
-	case p.e.ReadOnly():
-		return roleReplica
-	}
-	return roleWriter
 }
 
 // used drops the operations that never ran (the JSON stays small).

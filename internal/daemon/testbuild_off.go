@@ -1,6 +1,6 @@
 //go:build !ebbfs_testclock
 
-package main
+package daemon
 
 import (
 	"log/slog"
@@ -10,8 +10,8 @@ import (
 	"ebbfs.dev/ebbfs/internal/failpoint"
 )
 
-// testTags is empty: this is a production build.
-const testTags = ""
+// TestTags is empty: this is a production build.
+const TestTags = ""
 
 // testJournalRetention is the default in production builds.
 func testJournalRetention(*slog.Logger) time.Duration { return 0 }

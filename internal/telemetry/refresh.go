@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -25,6 +25,9 @@ type refreshed[T any] struct {
 	err     string // the last fetch's error ("" if it succeeded)
 	at      time.Time
 	running chan struct{} // closed when the fetch under way ends; nil: none
+	// start runs a fetch in a goroutine its owner waits for (the
+	// Sampler's group), with the owner's context, which ends at Close.
+	start func(fetch func(context.Context))
 }
 
 // get returns the value, its last error and when it was fetched.
@@ -37,7 +40,7 @@ func (r *refreshed[T]) get(ctx context.Context, ttl time.Duration, fetch func(co
 	if r.running == nil {
 		done := make(chan struct{})
 		r.running = done
-		go r.fetch(done, fetch)
+		r.start(func(ctx context.Context) { r.fetch(ctx, done, fetch) })
 	}
 	done, have := r.running, !r.at.IsZero()
 	r.mu.Unlock()
@@ -55,8 +58,8 @@ func (r *refreshed[T]) get(ctx context.Context, ttl time.Duration, fetch func(co
 	return r.val, r.err, r.at
 }
 
-func (r *refreshed[T]) fetch(done chan struct{}, fetch func(context.Context) (T, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout)
+func (r *refreshed[T]) fetch(ctx context.Context, done chan struct{}, fetch func(context.Context) (T, error)) {
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
 	v, err := fetch(ctx)
 	r.mu.Lock()

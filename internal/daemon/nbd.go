@@ -1,14 +1,14 @@
-package main
+package daemon
 
 import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/config"
 	"ebbfs.dev/ebbfs/internal/stats"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/nbd"
 )
 
@@ -43,21 +43,19 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 		return nil, func() {}, nil
 	}
 	srv := nbd.NewServer(timedBackend{Backend: nbd.NewEngineBackend(e), ops: ops}, nbd.Options{Logger: log, ReadOnly: readOnly})
-	var wg sync.WaitGroup
+	var serving worker.Group // one Serve per listener, waited for by stop
 	for _, l := range ls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		serving.Go(func() {
 			if err := srv.Serve(l); err != nil {
 				log.Error("nbd: serve", "addr", l.Addr().String(), "err", err)
 			}
-		}()
+		})
 	}
 	stop := func() {
 		if err := srv.Close(); err != nil {
 			log.Warn("nbd: close", "err", err)
 		}
-		wg.Wait()
+		serving.Wait()
 		if p := c.NBDUnixSocket(); p != "" {
 			_ = removeIfSocket(p)
 		}

@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 
 	"ebbfs.dev/ebbfs/internal/admin"
+	"ebbfs.dev/ebbfs/internal/telemetry"
 )
 
 // The terminal monitor: a bubbletea program that samples /v1/monitor
@@ -57,7 +58,7 @@ var monKeys = keyMap{
 type tickMsg struct{}
 
 type sampleMsg struct {
-	st  monitorState
+	st  telemetry.State
 	err error
 }
 
@@ -80,14 +81,16 @@ type tuiModel struct {
 	notice        string // the last action's result
 	noticeErr     bool
 
-	cur      *monitorState
-	prev     *monitorState
-	samples  []*monitorState // the last historyWindow, oldest first
+	cur      *telemetry.State
+	prev     *telemetry.State
+	samples  []*telemetry.State // the last historyWindow, oldest first
 	err      error
 	fetching bool
 }
 
-func runTUI(cl *admin.Client, interval time.Duration) error {
+// RunTUI runs the full-screen monitor of the process behind cl until the
+// user quits.
+func RunTUI(cl *admin.Client, interval time.Duration) error {
 	m := &tuiModel{cl: cl, interval: interval, help: help.New(), width: 100, height: 40}
 	p := tea.NewProgram(m, tea.WithAltScreen())
 	_, err := p.Run()
@@ -120,14 +123,14 @@ func (m *tuiModel) action(what string) tea.Cmd {
 		switch what {
 		case "cycle":
 			var st cycleReply
-			err := cl.Do(ctx, http.MethodPost, routeReclaimRun, nil, &st)
+			err := cl.Do(ctx, http.MethodPost, telemetry.RouteReclaimRun, nil, &st)
 			return actionMsg{what: what, err: err, text: fmt.Sprintf("cycle done: deleted %d, freed %s, %d repacks, %d frames relocated",
-				st.Deleted, humanBytes(st.BytesFreed), st.Repacks, st.RelocatedFrames)}
+				st.Deleted, HumanBytes(st.BytesFreed), st.Repacks, st.RelocatedFrames)}
 		default:
 			var st sweepReply
-			err := cl.Do(ctx, http.MethodPost, routeReclaimSweep, nil, &st)
+			err := cl.Do(ctx, http.MethodPost, telemetry.RouteReclaimSweep, nil, &st)
 			return actionMsg{what: what, err: err, text: fmt.Sprintf("sweep done: listed %d, deleted %d orphans (%s)",
-				st.Listed, st.Deleted, humanBytes(st.DeletedBytes))}
+				st.Listed, st.Deleted, HumanBytes(st.DeletedBytes))}
 		}
 	}
 }
@@ -207,7 +210,7 @@ func (m *tuiModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 				m.notice = "a " + m.busy + " is already running"
 				return m, nil
 			}
-			if m.cur != nil && m.cur.Role != roleWriter {
+			if m.cur != nil && m.cur.Role != telemetry.RoleWriter {
 				m.notice, m.noticeErr = "this process is a "+m.cur.Role+": only the writer reclaims", true
 				return m, nil
 			}

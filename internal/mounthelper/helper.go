@@ -1,4 +1,8 @@
-package main
+// Package mounthelper is mount(8)'s side of ebbfs: it parses the
+// "mount.fuse.ebbfs CONFIG MOUNTPOINT -o OPTIONS" calling convention and
+// fstab options, starts "ebbfs run" detached and waits for the mount, and
+// answers "-o remount".
+package mounthelper
 
 import (
 	"bytes"
@@ -12,36 +16,20 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"ebbfs.dev/ebbfs/fs/fuse"
 	"ebbfs.dev/ebbfs/internal/config"
+	"ebbfs.dev/ebbfs/internal/mountinfo"
 )
+
+// UsageError is a malformed command line (the command exits 2).
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
 
 // mountWaitTimeout bounds how long the helper waits for the mount to
 // appear (recovery from a remote store can take a while).
 const mountWaitTimeout = 5 * time.Minute
-
-func newMountHelperCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "mount-helper CONFIG MOUNTPOINT [-o OPTIONS]",
-		Short: "The mount.fuse.ebbfs calling convention of mount(8)",
-		Long: `mount -t fuse.ebbfs CONFIG MOUNTPOINT (or the fstab line
-  /etc/ebbfs/ebbfs.toml /mnt/ebbfs fuse.ebbfs defaults,_netdev 0 0)
-makes mount(8) run "mount.fuse.ebbfs CONFIG MOUNTPOINT -o OPTIONS". That
-program (a symlink to ebbfs) starts "ebbfs run -c CONFIG" detached, logging
-to ebbfs.log in the cache directory, and returns once the mount is up. The
-option "ro" runs a read-only reader; generic mount options (defaults,
-_netdev, nofail, noauto, user, rw, ...) are accepted and ignored. At boot the
-password must come from [encryption] password_file. The mount's source is
-the config file's path. "-o remount" succeeds when it asks for what the
-mount already is, and fails with the reason when it asks for a change.`,
-		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return mountHelper(args)
-		},
-	}
-}
 
 type helperArgs struct {
 	config, mountpoint string
@@ -60,10 +48,10 @@ func parseHelperArgs(args []string) (*helperArgs, error) {
 		a := args[i]
 		switch {
 		case a == "-h" || a == "--help":
-			return nil, &usageError{errors.New("usage: mount.fuse.ebbfs CONFIG MOUNTPOINT [-o OPTIONS]")}
+			return nil, &UsageError{errors.New("usage: mount.fuse.ebbfs CONFIG MOUNTPOINT [-o OPTIONS]")}
 		case a == "-o" || a == "-t" || a == "-N":
 			if i+1 >= len(args) {
-				return nil, &usageError{fmt.Errorf("%s needs a value", a)}
+				return nil, &UsageError{fmt.Errorf("%s needs a value", a)}
 			}
 			i++
 			if a == "-o" {
@@ -79,13 +67,13 @@ func parseHelperArgs(args []string) (*helperArgs, error) {
 			h.verbose = h.verbose || strings.Contains(a, "v")
 			h.readOnly = h.readOnly || strings.Contains(a, "r")
 		case strings.HasPrefix(a, "-") && a != "-":
-			return nil, &usageError{fmt.Errorf("unknown flag %q", a)}
+			return nil, &UsageError{fmt.Errorf("unknown flag %q", a)}
 		default:
 			pos = append(pos, a)
 		}
 	}
 	if len(pos) != 2 {
-		return nil, &usageError{fmt.Errorf("usage: mount.fuse.ebbfs CONFIG MOUNTPOINT [-o OPTIONS] (got %d arguments)", len(pos))}
+		return nil, &UsageError{fmt.Errorf("usage: mount.fuse.ebbfs CONFIG MOUNTPOINT [-o OPTIONS] (got %d arguments)", len(pos))}
 	}
 	h.config, h.mountpoint = pos[0], pos[1]
 	return h, nil
@@ -110,7 +98,8 @@ func (h *helperArgs) addOptions(s string) {
 	}
 }
 
-func mountHelper(args []string) error {
+// Run runs mount.fuse.ebbfs with args (those after the program name).
+func Run(args []string) error {
 	h, err := parseHelperArgs(args)
 	if err != nil {
 		return err
@@ -128,7 +117,7 @@ func mountHelper(args []string) error {
 	if err := os.MkdirAll(h.mountpoint, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return fmt.Errorf("mountpoint: %w", err)
 	}
-	mp, err := canonicalMountpoint(h.mountpoint)
+	mp, err := mountinfo.Canonical(h.mountpoint)
 	if err != nil {
 		return err
 	}
@@ -139,10 +128,10 @@ func mountHelper(args []string) error {
 	if h.fake {
 		return nil
 	}
-	if m, ok, err := findMount(mp); err != nil {
+	if m, ok, err := mountinfo.Find(mp); err != nil {
 		return err
 	} else if ok {
-		if m.FSType != "fuse."+fuse.Name || !deadFUSEMount(mp) {
+		if m.FSType != "fuse."+fuse.Name || !mountinfo.DeadFUSE(mp) {
 			return fmt.Errorf("%s is already mounted (%s)", mp, m.FSType)
 		}
 		// A dead ebbfs mount: ebbfs run detaches it.
@@ -181,27 +170,27 @@ func mountHelper(args []string) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting ebbfs run: %w", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-
 	deadline := time.After(mountWaitTimeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-exited:
-			// The run may have mounted and then stopped at once; report
-			// what it said either way.
-			return fmt.Errorf("ebbfs run exited before the mount appeared (%v); its log (%s):\n%s", err, logPath, logTail(logPath, startOff))
 		case <-deadline:
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			return fmt.Errorf("%s did not appear within %s; stopped the writer; see %s:\n%s", mp, mountWaitTimeout, logPath, logTail(logPath, startOff))
 		case <-tick.C:
-			if m, ok, _ := findMount(mp); ok && m.FSType == "fuse."+fuse.Name {
+			// The writer is polled for, not waited for in a goroutine:
+			// once the mount is up the helper returns and the writer
+			// lives on in its own session.
+			if status, ok := exited(cmd.Process.Pid); ok {
+				// The run may have mounted and then stopped at once;
+				// report what it said either way.
+				return fmt.Errorf("ebbfs run exited before the mount appeared (%s); its log (%s):\n%s", status, logPath, logTail(logPath, startOff))
+			}
+			if m, ok, _ := mountinfo.Find(mp); ok && m.FSType == "fuse."+fuse.Name {
 				// statfs reaches the daemon: a dead mount the writer is
 				// about to detach does not count.
-				var sfs syscall.Statfs_t
-				if err := syscall.Statfs(mp, &sfs); err == nil {
+				if err := mountinfo.Statfs(mp); err == nil {
 					if h.verbose {
 						fmt.Fprintf(os.Stderr, "mount.fuse.ebbfs: %s mounted by pid %d; log in %s\n", mp, cmd.Process.Pid, logPath)
 					}
@@ -210,6 +199,21 @@ func mountHelper(args []string) error {
 			}
 		}
 	}
+}
+
+// exited reaps the child pid if it has exited and describes how.
+func exited(pid int) (string, bool) {
+	var ws syscall.WaitStatus
+	got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	switch {
+	case err != nil:
+		return err.Error(), true
+	case got != pid:
+		return "", false
+	case ws.Signaled():
+		return "signal: " + ws.Signal().String(), true
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus()), true
 }
 
 // logTail returns the log written since off (at most the last 4 KiB).
@@ -228,15 +232,6 @@ func logTail(p string, off int64) string {
 	return strings.TrimRight(string(b), "\n")
 }
 
-// removeIfSocket removes p if it is a socket.
-func removeIfSocket(p string) error {
-	fi, err := os.Lstat(p)
-	if err != nil || fi.Mode()&os.ModeSocket == 0 {
-		return nil
-	}
-	return os.Remove(p)
-}
-
 // fstabOnly are options that only mean something to mount(8) or fstab; a
 // remount may repeat them freely.
 var fstabOnly = map[string]bool{
@@ -250,11 +245,11 @@ var fstabOnly = map[string]bool{
 // (the same config, the same ro/rw, options it already has) succeeds and
 // changes nothing; one that asks for a change fails and says why.
 func remount(h *helperArgs) error {
-	mp, err := canonicalMountpoint(h.mountpoint)
+	mp, err := mountinfo.Canonical(h.mountpoint)
 	if err != nil {
 		return err
 	}
-	m, ok, err := findMount(mp)
+	m, ok, err := mountinfo.Find(mp)
 	switch {
 	case err != nil:
 		return err
@@ -262,9 +257,15 @@ func remount(h *helperArgs) error {
 		return fmt.Errorf("remount: nothing is mounted at %s", mp)
 	case m.FSType != "fuse."+fuse.Name:
 		return fmt.Errorf("remount: %s is a %s mount, not ebbfs", mp, m.FSType)
-	case deadFUSEMount(mp):
+	case mountinfo.DeadFUSE(mp):
 		return fmt.Errorf("remount: the ebbfs mount at %s is dead (its writer exited); unmount it and mount again", mp)
 	}
+	return sameMount(h, mp, m)
+}
+
+// sameMount checks that a remount asks for what the mount m at mp already
+// is (see remount).
+func sameMount(h *helperArgs, mp string, m mountinfo.Entry) error {
 	// mount(8) passes the mount's source, which is its config file.
 	if h.config != "" && h.config != m.Source && h.config != fuse.Name {
 		want, err := filepath.Abs(h.config)

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"encoding/json"
@@ -10,30 +10,8 @@ import (
 
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/internal/admin"
-	"ebbfs.dev/ebbfs/reclaim"
+	"ebbfs.dev/ebbfs/internal/telemetry"
 )
-
-// API routes beyond the built-in flush/status/metrics/page.
-const (
-	routeReclaimRun   = "/v1/reclaim/run"
-	routeReclaimSweep = "/v1/reclaim/sweep"
-	routeSpace        = "/v1/space"
-	routeCheckpoints  = "/v1/checkpoints"
-)
-
-// checkpointRequest is the body of POST /v1/checkpoints.
-type checkpointRequest struct {
-	Name string          `json:"name"`
-	Kind checkpoint.Kind `json:"kind"`
-	// TTLSeconds is an ephemeral checkpoint's lifetime.
-	TTLSeconds float64 `json:"ttl_seconds,omitempty"`
-}
-
-// spaceReply is GET /v1/space.
-type spaceReply struct {
-	reclaim.SpaceReport
-	MetaError string `json:"MetaError,omitempty"`
-}
 
 func badRequest(err error) error {
 	return &admin.StatusError{Code: http.StatusBadRequest, Err: err}
@@ -54,21 +32,21 @@ func (p *process) writerOnly() (*background, error) {
 
 // routes registers the writer's commands on the admin endpoint.
 func (p *process) routes(s *admin.Server) {
-	s.HandleJSON("POST "+routeReclaimRun, func(r *http.Request) (any, error) {
+	s.HandleJSON("POST "+telemetry.RouteReclaimRun, func(r *http.Request) (any, error) {
 		bg, err := p.writerOnly()
 		if err != nil {
 			return nil, err
 		}
 		return bg.r.RunNow(r.Context())
 	})
-	s.HandleJSON("POST "+routeReclaimSweep, func(r *http.Request) (any, error) {
+	s.HandleJSON("POST "+telemetry.RouteReclaimSweep, func(r *http.Request) (any, error) {
 		bg, err := p.writerOnly()
 		if err != nil {
 			return nil, err
 		}
 		return bg.r.SweepNow(r.Context())
 	})
-	s.HandleJSON("GET "+routeSpace, func(r *http.Request) (any, error) {
+	s.HandleJSON("GET "+telemetry.RouteSpace, func(r *http.Request) (any, error) {
 		bg, err := p.writerOnly()
 		if err != nil {
 			return nil, err
@@ -77,7 +55,7 @@ func (p *process) routes(s *admin.Server) {
 		if err != nil {
 			return nil, err
 		}
-		out := spaceReply{SpaceReport: rep}
+		out := telemetry.SpaceReply{SpaceReport: rep}
 		if n, b, err := bg.gc.Footprint(r.Context()); err != nil {
 			out.MetaError = err.Error()
 		} else {
@@ -85,43 +63,43 @@ func (p *process) routes(s *admin.Server) {
 		}
 		return out, nil
 	})
-	s.HandleJSON("GET "+routeMonitor, func(r *http.Request) (any, error) {
-		return p.sampler.state(r.Context()), nil
+	s.HandleJSON("GET "+telemetry.RouteMonitor, func(r *http.Request) (any, error) {
+		return p.sampler.State(r.Context()), nil
 	})
-	s.HandleJSON("GET "+routeHistory, func(r *http.Request) (any, error) {
-		out := historyReply{BucketSeconds: historyBucket.Seconds(), NowMs: time.Now().UnixMilli(),
-			Tombstones: []tombPoint{}, Cycles: []cyclePoint{}}
+	s.HandleJSON("GET "+telemetry.RouteHistory, func(r *http.Request) (any, error) {
+		out := telemetry.HistoryReply{BucketSeconds: telemetry.HistoryBucket.Seconds(), NowMs: time.Now().UnixMilli(),
+			Tombstones: []telemetry.TombPoint{}, Cycles: []telemetry.CyclePoint{}}
 		if p.history != nil {
-			out.Tombstones = p.history.points()
+			out.Tombstones = p.history.Points()
 		}
 		if bg := p.bg.Load(); bg != nil {
 			for _, c := range bg.r.Activity().Recent {
-				out.Cycles = append(out.Cycles, cyclePoint{End: c.End, BytesFreed: c.BytesFreed, Deleted: c.Deleted, Repacks: c.Repacks, Trigger: c.Trigger})
+				out.Cycles = append(out.Cycles, telemetry.CyclePoint{End: c.End, BytesFreed: c.BytesFreed, Deleted: c.Deleted, Repacks: c.Repacks, Trigger: c.Trigger})
 			}
 		}
 		return out, nil
 	})
-	s.HandleJSON("GET "+routeCheckpoints, func(r *http.Request) (any, error) {
+	s.HandleJSON("GET "+telemetry.RouteCheckpoints, func(r *http.Request) (any, error) {
 		recs, err := checkpoint.List(r.Context(), p.st)
 		if recs == nil {
 			recs = []checkpoint.Record{}
 		}
 		return recs, err
 	})
-	s.HandleJSON("GET "+routeCheckpoints+"/{name}", func(r *http.Request) (any, error) {
+	s.HandleJSON("GET "+telemetry.RouteCheckpoints+"/{name}", func(r *http.Request) (any, error) {
 		return getCheckpoint(r, p)
 	})
-	s.HandleJSON("DELETE "+routeCheckpoints+"/{name}", func(r *http.Request) (any, error) {
+	s.HandleJSON("DELETE "+telemetry.RouteCheckpoints+"/{name}", func(r *http.Request) (any, error) {
 		if err := checkpoint.Delete(r.Context(), p.st, r.PathValue("name")); err != nil {
 			return nil, checkpointErr(err)
 		}
 		return map[string]bool{"ok": true}, nil
 	})
-	s.HandleJSON("POST "+routeCheckpoints, func(r *http.Request) (any, error) {
+	s.HandleJSON("POST "+telemetry.RouteCheckpoints, func(r *http.Request) (any, error) {
 		if _, err := p.writerOnly(); err != nil {
 			return nil, err
 		}
-		var req checkpointRequest
+		var req telemetry.CheckpointRequest
 		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		if err != nil {
 			return nil, badRequest(err)

@@ -1,6 +1,6 @@
 //go:build ebbfs_testclock
 
-package main
+package daemon
 
 import (
 	"log/slog"
@@ -13,8 +13,8 @@ import (
 // (internal/failpoint) and the test time scale (internal/clock);
 // production builds have neither.
 
-// testTags names the test-only tags this binary was built with.
-const testTags = "ebbfs_testclock"
+// TestTags names the test-only tags this binary was built with.
+const TestTags = "ebbfs_testclock"
 
 // testJournalRetention lets end-to-end tests shorten how long the writer
 // keeps covered journals (and what its replicas rely on), so that a test

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -8,17 +8,19 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/stats"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/reclaim"
 )
 
-// collector exports the process's own numbers (docs/METRICS.md lists every
+// Collector exports the process's own numbers (docs/METRICS.md lists every
 // series). Values are read at scrape time from the components that keep
 // them: cumulative counters from the recorders, the footprint from the
 // sampler's cached counter scan.
-type collector struct {
-	p     *process
-	descs []*prometheus.Desc
+type Collector struct {
+	src     *Source
+	sampler *Sampler
+	descs   []*prometheus.Desc
 
-	build, replicaLag, memLimit *prometheus.Desc
+	build, lagDesc, memLimit *prometheus.Desc
 
 	storeRequests, storeBytes, storeDuration, storeErrors, storeUnreachable *prometheus.Desc
 
@@ -39,15 +41,17 @@ type collector struct {
 	fuseOps, fuseErrors, fuseBytes, fuseDuration, nbdOps, nbdErrors, nbdBytes, nbdDuration *prometheus.Desc
 }
 
-func newCollector(p *process) *collector {
-	c := &collector{p: p}
+// NewCollector exports src's numbers; the footprint comes from the
+// sampler's cached counter scan.
+func NewCollector(src *Source, sampler *Sampler) *Collector {
+	c := &Collector{src: src, sampler: sampler}
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		desc := prometheus.NewDesc(name, help, labels, nil)
 		c.descs = append(c.descs, desc)
 		return desc
 	}
 	c.build = d("ebbfs_build_info", "Constant 1, labelled with the version and the role of this process (writer, replica, checkpoint).", "version", "role")
-	c.replicaLag = d("ebbfs_replica_lag_seconds", "Replicas: how long ago the last probe of the writer's journal found nothing newer than what this replica serves (the newest durable state is at most this old here).")
+	c.lagDesc = d("ebbfs_replica_lag_seconds", "Replicas: how long ago the last probe of the writer's journal found nothing newer than what this replica serves (the newest durable state is at most this old here).")
 	c.memLimit = d("ebbfs_memory_limit_bytes", "The Go memory limit the process runs under (the cache plus headroom, or GOMEMLIMIT).")
 
 	c.storeRequests = d("ebbfs_store_requests_total", "Object-store requests sent by this process, by operation and key space.", "op", "space")
@@ -115,7 +119,7 @@ func newCollector(p *process) *collector {
 	return c
 }
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range c.descs {
 		ch <- d
 	}
@@ -140,7 +144,7 @@ func histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, h stats.Histogra
 	ch <- prometheus.MustNewConstHistogram(d, h.Count, h.Sum, buckets, labels...)
 }
 
-func countsByOp(n objstore.Counts) map[string]int64 {
+func CountsByOp(n objstore.Counts) map[string]int64 {
 	return map[string]int64{"put": n.Put, "get": n.Get, "get_range": n.GetRange, "head": n.Head,
 		"delete": n.Delete, "delete_many": n.DeleteMany, "list": n.List}
 }
@@ -160,27 +164,39 @@ func opSeries(ch chan<- prometheus.Metric, ops map[string]stats.OpSnapshot, n, e
 	}
 }
 
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	p := c.p
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	p := c.src
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	gauge(ch, c.build, 1, versionString(), map[string]string{roleWriter: "writer", roleReplica: "replica", roleCheckpoint: "checkpoint"}[p.role()])
+	gauge(ch, c.build, 1, p.Version, map[string]string{RoleWriter: "writer", RoleReplica: "replica", RoleCheckpoint: "checkpoint"}[p.Role()])
 	gauge(ch, c.memLimit, float64(memoryLimit()))
-	if p.lag != nil {
-		gauge(ch, c.replicaLag, p.lag.get(ctx).LagSeconds)
+	if p.Lag != nil {
+		gauge(ch, c.lagDesc, p.Lag.Get(ctx).LagSeconds)
 	}
+	c.collectStore(ch)
+	c.collectEngine(ch)
+	r, gc := p.reclamation()
+	if r == nil {
+		return
+	}
+	c.collectFootprint(ctx, ch, r, gc)
+	c.collectReclaim(ch, r, gc)
+}
 
-	// Object store.
-	if p.count != nil {
-		total := p.count.Snapshot()
+// collectStore exports the object store's requests, bytes and latencies.
+func (c *Collector) collectStore(ch chan<- prometheus.Metric) {
+	p := c.src
+	if p.Count != nil {
+		total := p.Count.Snapshot()
 		emit := func(space string, n objstore.Counts) {
-			for op, v := range countsByOp(n) {
+			for op, v := range CountsByOp(n) {
 				counter(ch, c.storeRequests, float64(v), op, space)
 			}
 		}
 		rest := total
 		for prefix, space := range storeSpaces {
-			n := p.count.CountsFor(prefix)
+			n := p.Count.CountsFor(prefix)
 			emit(space, n)
 			rest = rest.Sub(n)
 		}
@@ -188,21 +204,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, c.storeBytes, float64(total.BytesUp), "up")
 		counter(ch, c.storeBytes, float64(total.BytesDown), "down")
 	}
-	if p.timed != nil {
-		for op, s := range p.timed.Ops().Snapshot() {
+	if p.Timed != nil {
+		for op, s := range p.Timed.Ops().Snapshot() {
 			histogram(ch, c.storeDuration, s.Latency, op)
 			counter(ch, c.storeErrors, float64(s.Errors), op)
 		}
 		down := 0.0
-		if since, _ := p.timed.Health(); !since.IsZero() {
+		if since, _ := p.Timed.Health(); !since.IsZero() {
 			down = time.Since(since).Seconds()
 		}
 		gauge(ch, c.storeUnreachable, down)
 	}
+}
 
-	// Engine: cleaner counters, barriers, caches.
-	es := p.fsStats.Snapshot()
-	if !p.e.ReadOnly() {
+// collectEngine exports the cleaner's counters, barriers, caches and the
+// FUSE and NBD operations.
+func (c *Collector) collectEngine(ch chan<- prometheus.Metric) {
+	p := c.src
+	es := p.FS.Snapshot()
+	if !p.Engine.ReadOnly() {
 		counter(ch, c.tombCreated, float64(es.TombstonesCreated))
 		counter(ch, c.tombProcessed, float64(es.TombstonesProcessed))
 		counter(ch, c.cleanerExtents, float64(es.ExtentsCleaned))
@@ -210,9 +230,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(ch, c.cleanerBatches, float64(es.CleanerBatches))
 		histogram(ch, c.barrierDuration, es.BarrierLatency)
 		counter(ch, c.barrierFailures, float64(es.BarrierFailures))
-		gauge(ch, c.dirty, float64(p.e.DirtyBytes()))
+		gauge(ch, c.dirty, float64(p.Engine.DirtyBytes()))
 	}
-	rs := p.e.Reader().Stats()
+	rs := p.Engine.Reader().Stats()
 	counter(ch, c.cacheHits, float64(rs.MemHits), "memory")
 	counter(ch, c.cacheHits, float64(rs.DiskHits), "disk")
 	counter(ch, c.cacheMisses, float64(rs.Misses))
@@ -227,52 +247,54 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.authFailures, float64(rs.Corrupt), "store")
 	counter(ch, c.authFailures, float64(rs.DiskCorrupt), "disk_cache")
 
-	opSeries(ch, p.fuseOps.Snapshot(), c.fuseOps, c.fuseErrors, c.fuseBytes, c.fuseDuration, "read", "write", "copy_file_range")
-	opSeries(ch, p.nbdOps.Snapshot(), c.nbdOps, c.nbdErrors, c.nbdBytes, c.nbdDuration, "read", "write")
+	opSeries(ch, p.FUSEOps.Snapshot(), c.fuseOps, c.fuseErrors, c.fuseBytes, c.fuseDuration, "read", "write", "copy_file_range")
+	opSeries(ch, p.NBDOps.Snapshot(), c.nbdOps, c.nbdErrors, c.nbdBytes, c.nbdDuration, "read", "write")
 
-	if live, err := p.e.LiveBytes(); err == nil {
+	if live, err := p.Engine.LiveBytes(); err == nil {
 		gauge(ch, c.live, float64(live))
 	}
+}
 
-	bg := p.bg.Load()
-	if bg == nil {
+// collectFootprint exports the writer's segment footprint.
+func (c *Collector) collectFootprint(ctx context.Context, ch chan<- prometheus.Metric, r *reclaim.Reclaimer, gc *reclaim.MetaGC) {
+	sp, _, _ := c.sampler.space(ctx, r, gc)
+	if sp == nil {
 		return
 	}
-	// Footprint (writer).
-	if sp, _, _ := p.sampler.space(ctx, bg); sp != nil {
-		pinned := int64(0)
-		for _, b := range sp.Pinned {
-			pinned = max(pinned, b)
-		}
-		pinnedSegs := 0
-		if pinned > 0 {
-			pinnedSegs = sp.DeadSegments + sp.FragmentedSegments
-		}
-		for _, s := range []struct {
-			state string
-			n     int
-			b     int64
-		}{
-			{"live", sp.LiveSegments, sp.LiveBytes},
-			{"fragmented", sp.FragmentedSegments, sp.FragmentedBytes},
-			{"dead", sp.DeadSegments, sp.DeadBytes},
-			{"awaiting_delete", sp.AwaitingSegments, sp.AwaitingBytes},
-			{"pinned", pinnedSegs, pinned},
-		} {
-			gauge(ch, c.segments, float64(s.n), s.state)
-			gauge(ch, c.segmentBytes, float64(s.b), s.state)
-		}
-		gauge(ch, c.segmentStored, float64(sp.SegmentBytes))
-		gauge(ch, c.tombPending, float64(sp.TombstonesPending))
-		gauge(ch, c.tombPendingBytes, float64(sp.TombstoneBytes))
-		if sp.MetaError == "" {
-			gauge(ch, c.metaObjects, float64(sp.MetaObjects))
-			gauge(ch, c.metaBytes, float64(sp.MetaBytes))
-		}
+	pinned := int64(0)
+	for _, b := range sp.Pinned {
+		pinned = max(pinned, b)
 	}
+	pinnedSegs := 0
+	if pinned > 0 {
+		pinnedSegs = sp.DeadSegments + sp.FragmentedSegments
+	}
+	for _, s := range []struct {
+		state string
+		n     int
+		b     int64
+	}{
+		{"live", sp.LiveSegments, sp.LiveBytes},
+		{"fragmented", sp.FragmentedSegments, sp.FragmentedBytes},
+		{"dead", sp.DeadSegments, sp.DeadBytes},
+		{"awaiting_delete", sp.AwaitingSegments, sp.AwaitingBytes},
+		{"pinned", pinnedSegs, pinned},
+	} {
+		gauge(ch, c.segments, float64(s.n), s.state)
+		gauge(ch, c.segmentBytes, float64(s.b), s.state)
+	}
+	gauge(ch, c.segmentStored, float64(sp.SegmentBytes))
+	gauge(ch, c.tombPending, float64(sp.TombstonesPending))
+	gauge(ch, c.tombPendingBytes, float64(sp.TombstoneBytes))
+	if sp.MetaError == "" {
+		gauge(ch, c.metaObjects, float64(sp.MetaObjects))
+		gauge(ch, c.metaBytes, float64(sp.MetaBytes))
+	}
+}
 
-	// Reclamation.
-	t := bg.r.Totals()
+// collectReclaim exports reclamation's and the metadata GC's totals.
+func (c *Collector) collectReclaim(ch chan<- prometheus.Metric, r *reclaim.Reclaimer, gc *reclaim.MetaGC) {
+	t := r.Totals()
 	for res, n := range t.Cycles {
 		counter(ch, c.cycles, float64(n), res)
 	}
@@ -285,16 +307,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.relocFrames, float64(t.RelocatedFrames))
 	counter(ch, c.relocBytes, float64(t.RelocatedBytes))
 	histogram(ch, c.cycleDuration, t.CycleDuration)
-	for op, v := range countsByOp(bg.r.Requests()) {
+	for op, v := range CountsByOp(r.Requests()) {
 		counter(ch, c.reclaimRequests, float64(v), op)
 	}
-	gauge(ch, c.repackJobs, float64(len(bg.r.Activity().Jobs)))
+	gauge(ch, c.repackJobs, float64(len(r.Activity().Jobs)))
 	for res, n := range t.Sweeps {
 		counter(ch, c.sweeps, float64(n), res)
 	}
 	counter(ch, c.orphans, float64(t.OrphansDeleted))
 	counter(ch, c.orphanBytes, float64(t.OrphanBytes))
-	mt, _ := bg.gc.Totals()
+	mt, _ := gc.Totals()
 	for res, n := range mt.Passes {
 		counter(ch, c.metaPasses, float64(n), res)
 	}

@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 
 	"ebbfs.dev/ebbfs/checkpoint"
+	"ebbfs.dev/ebbfs/internal/telemetry"
 )
 
 var (
@@ -125,9 +126,9 @@ func (m *tuiModel) panel(i int, body string, width int) string {
 		Width(width-2).Padding(0, 1).Render(title + "\n" + body)
 }
 
-func (m *tuiModel) header(st *monitorState, w int) string {
+func (m *tuiModel) header(st *telemetry.State, w int) string {
 	role := lipgloss.NewStyle().Bold(true).Foreground(lipgloss.Color("#ffffff")).Background(colMeta).Padding(0, 1)
-	if st.Role != roleWriter {
+	if st.Role != telemetry.RoleWriter {
 		role = role.Background(colPinned)
 	}
 	name := st.Role
@@ -174,14 +175,14 @@ func (m *tuiModel) footer() string {
 	return s
 }
 
-func (m *tuiModel) ioPanel(st *monitorState, w int) string {
+func (m *tuiModel) ioPanel(st *telemetry.State, w int) string {
 	r := rateOf(m.prev, st)
 	sw := max(min(w-40, 60), 10)
 	lines := []string{
-		row("read", sparkline(m.series(func(r rates) float64 { return r.readB }), sw)+fmt.Sprintf(" %9s/s %8.1f ops/s", humanBytes(int64(r.readB)), r.readOps)),
-		row("write", sparkline(m.series(func(r rates) float64 { return r.writeB }), sw)+fmt.Sprintf(" %9s/s %8.1f ops/s", humanBytes(int64(r.writeB)), r.writeOps)),
+		row("read", sparkline(m.series(func(r rates) float64 { return r.readB }), sw)+fmt.Sprintf(" %9s/s %8.1f ops/s", HumanBytes(int64(r.readB)), r.readOps)),
+		row("write", sparkline(m.series(func(r rates) float64 { return r.writeB }), sw)+fmt.Sprintf(" %9s/s %8.1f ops/s", HumanBytes(int64(r.writeB)), r.writeOps)),
 		row("store", sparkline(m.series(func(r rates) float64 { return r.req }), sw)+fmt.Sprintf(" %8.1f req/s", r.req)),
-		row("", fmt.Sprintf("up %s/s  down %s/s", humanBytes(int64(r.up)), humanBytes(int64(r.down)))),
+		row("", fmt.Sprintf("up %s/s  down %s/s", HumanBytes(int64(r.up)), HumanBytes(int64(r.down)))),
 	}
 	var kinds []string
 	for _, k := range []string{"put", "get", "get_range", "head", "delete", "delete_many", "list"} {
@@ -229,10 +230,10 @@ type barPart struct {
 
 func swatch(c lipgloss.Color) string { return lipgloss.NewStyle().Foreground(c).Render("■") }
 
-func (m *tuiModel) footprintPanel(st *monitorState, w int, now time.Time) string {
+func (m *tuiModel) footprintPanel(st *telemetry.State, w int, now time.Time) string {
 	sp := st.Space
 	if sp == nil {
-		if st.Role != roleWriter {
+		if st.Role != telemetry.RoleWriter {
 			return styleMuted.Render("a reader keeps no footprint; the writer's monitor shows it")
 		}
 		return styleMuted.Render("waiting for the writer's reclamation to start")
@@ -256,13 +257,13 @@ func (m *tuiModel) footprintPanel(st *monitorState, w int, now time.Time) string
 	}
 	lines := []string{
 		footprintBar(parts, max(w, 10)),
-		row(swatch(colLive)+" live", fmt.Sprintf("%-10s in %d segments", humanBytes(sp.LiveBytes), sp.LiveSegments)),
-		row(swatch(colFrag)+" fragmented", fmt.Sprintf("%-10s in %d segments (repack's work)", humanBytes(sp.FragmentedBytes), sp.FragmentedSegments)),
-		row(swatch(colDead)+" dead", fmt.Sprintf("%-10s in %d segments", humanBytes(sp.DeadBytes), sp.DeadSegments)),
-		row(swatch(colAwait)+" awaiting", fmt.Sprintf("%-10s in %d segments awaiting their deadline, first due %s", humanBytes(sp.AwaitingBytes), sp.AwaitingSegments, first)),
-		row(swatch(colPinned)+" pinned", fmt.Sprintf("%-10s %s", humanBytes(pinned), strings.Join(by, ", "))),
-		row(swatch(colMeta)+" metadata", fmt.Sprintf("%-10s in %d objects", humanBytes(sp.MetaBytes), sp.MetaObjects)),
-		row("stored", fmt.Sprintf("%-10s in %d segments (%s frame overhead)", humanBytes(sp.SegmentBytes), sp.SegmentCount, humanBytes(overhead))),
+		row(swatch(colLive)+" live", fmt.Sprintf("%-10s in %d segments", HumanBytes(sp.LiveBytes), sp.LiveSegments)),
+		row(swatch(colFrag)+" fragmented", fmt.Sprintf("%-10s in %d segments (repack's work)", HumanBytes(sp.FragmentedBytes), sp.FragmentedSegments)),
+		row(swatch(colDead)+" dead", fmt.Sprintf("%-10s in %d segments", HumanBytes(sp.DeadBytes), sp.DeadSegments)),
+		row(swatch(colAwait)+" awaiting", fmt.Sprintf("%-10s in %d segments awaiting their deadline, first due %s", HumanBytes(sp.AwaitingBytes), sp.AwaitingSegments, first)),
+		row(swatch(colPinned)+" pinned", fmt.Sprintf("%-10s %s", HumanBytes(pinned), strings.Join(by, ", "))),
+		row(swatch(colMeta)+" metadata", fmt.Sprintf("%-10s in %d objects", HumanBytes(sp.MetaBytes), sp.MetaObjects)),
+		row("stored", fmt.Sprintf("%-10s in %d segments (%s frame overhead)", HumanBytes(sp.SegmentBytes), sp.SegmentCount, HumanBytes(overhead))),
 	}
 	if st.SpaceError != "" {
 		lines = append(lines, styleErr.Render(st.SpaceError))
@@ -270,22 +271,22 @@ func (m *tuiModel) footprintPanel(st *monitorState, w int, now time.Time) string
 	return strings.Join(lines, "\n")
 }
 
-func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
+func (m *tuiModel) reclaimPanel(st *telemetry.State, w int, now time.Time) string {
 	e := st.Engine
 	r := rateOf(m.prev, st)
 	var lines []string
 	if sp := st.Space; sp != nil {
-		lines = append(lines, row("cleaner", fmt.Sprintf("tombstones pending %d (%s) · %.1f extents/s", sp.TombstonesPending, humanBytes(sp.TombstoneBytes), r.extents)))
-	} else if st.Role != roleWriter {
+		lines = append(lines, row("cleaner", fmt.Sprintf("tombstones pending %d (%s) · %.1f extents/s", sp.TombstonesPending, HumanBytes(sp.TombstoneBytes), r.extents)))
+	} else if st.Role != telemetry.RoleWriter {
 		lines = append(lines, row("cleaner", "readers run no reclamation"))
 	}
 	last := "none yet"
 	if !e.LastBatch.At.IsZero() {
-		last = fmt.Sprintf("%s: %d extents, %d tombstones finished, %s", until(e.LastBatch.At, now), e.LastBatch.Extents, e.LastBatch.Tombstones, humanBytes(e.LastBatch.Bytes))
+		last = fmt.Sprintf("%s: %d extents, %d tombstones finished, %s", until(e.LastBatch.At, now), e.LastBatch.Extents, e.LastBatch.Tombstones, HumanBytes(e.LastBatch.Bytes))
 	}
-	if st.Role == roleWriter {
+	if st.Role == telemetry.RoleWriter {
 		lines = append(lines,
-			row("", fmt.Sprintf("tombstones cleaned %d of %d created · %d extents, %s", e.TombstonesProcessed, e.TombstonesCreated, e.ExtentsCleaned, humanBytes(int64(e.BytesCleaned)))),
+			row("", fmt.Sprintf("tombstones cleaned %d of %d created · %d extents, %s", e.TombstonesProcessed, e.TombstonesCreated, e.ExtentsCleaned, HumanBytes(int64(e.BytesCleaned)))),
 			row("", "last batch "+last))
 	}
 	a := st.Reclaim
@@ -304,7 +305,7 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 	lines = append(lines, row("", "next "+next))
 	if lc := a.LastCycle; lc != nil {
 		s := fmt.Sprintf("last %s %s (%s): deleted %d, freed %s, repacks %d, relocated %d frames, %s",
-			until(lc.End, now), lc.Result, lc.Trigger, lc.Deleted, humanBytes(lc.BytesFreed), lc.Repacks, lc.RelocatedFrames, lc.Duration.Round(time.Millisecond))
+			until(lc.End, now), lc.Result, lc.Trigger, lc.Deleted, HumanBytes(lc.BytesFreed), lc.Repacks, lc.RelocatedFrames, lc.Duration.Round(time.Millisecond))
 		if lc.Blocked != "" {
 			s += " · " + lc.Blocked
 		}
@@ -315,7 +316,7 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 	}
 	if t := st.ReclaimTotals; t != nil {
 		lines = append(lines, row("", styleMuted.Render(fmt.Sprintf("total: %d ok, %d blocked, %d failed · %d deleted, %s freed · %d repacks",
-			t.Cycles["ok"], t.Cycles["blocked"], t.Cycles["error"], t.Deleted, humanBytes(int64(t.BytesFreed)), t.Repacks))))
+			t.Cycles["ok"], t.Cycles["blocked"], t.Cycles["error"], t.Deleted, HumanBytes(int64(t.BytesFreed)), t.Repacks))))
 	}
 	if len(a.Jobs) == 0 {
 		lines = append(lines, row("repack", "no job in flight"))
@@ -334,7 +335,7 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 			out = "→ " + j.Output
 		}
 		lines = append(lines, row(label, fmt.Sprintf("#%d %s: %d sources (%s), gathered %s of %s, %s, %d moved",
-			j.ID, j.Phase, len(j.Sources), humanBytes(j.SourceBytes), humanBytes(j.Gathered), humanBytes(j.LiveBytes), out, j.Moved)))
+			j.ID, j.Phase, len(j.Sources), HumanBytes(j.SourceBytes), HumanBytes(j.Gathered), HumanBytes(j.LiveBytes), out, j.Moved)))
 	}
 	sw := "next " + until(a.NextSweep, now)
 	if a.NextSweep.IsZero() {
@@ -344,7 +345,7 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 		sw = "running now"
 	}
 	if ls := a.LastSweep; ls != nil {
-		sw += fmt.Sprintf(" · last %s: listed %d, %d orphans deleted (%s)", until(ls.Start, now), ls.Listed, ls.Deleted, humanBytes(ls.DeletedBytes))
+		sw += fmt.Sprintf(" · last %s: listed %d, %d orphans deleted (%s)", until(ls.Start, now), ls.Listed, ls.Deleted, HumanBytes(ls.DeletedBytes))
 		if ls.Error != "" {
 			sw += " · " + styleErr.Render(ls.Error)
 		}
@@ -353,7 +354,7 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 	if g := st.MetaGC; g != nil {
 		s := "no pass yet"
 		if g.Passes > 0 {
-			s = fmt.Sprintf("last %s: %d objects, %s deleted", until(g.LastAt, now), g.Last.Deleted, humanBytes(g.Last.Bytes))
+			s = fmt.Sprintf("last %s: %d objects, %s deleted", until(g.LastAt, now), g.Last.Deleted, HumanBytes(g.Last.Bytes))
 			if g.Error != "" {
 				s += " · " + styleErr.Render(g.Error)
 			}
@@ -363,7 +364,7 @@ func (m *tuiModel) reclaimPanel(st *monitorState, w int, now time.Time) string {
 	return strings.Join(lines, "\n")
 }
 
-func (m *tuiModel) durabilityPanel(st *monitorState, w int) string {
+func (m *tuiModel) durabilityPanel(st *telemetry.State, w int) string {
 	r := rateOf(m.prev, st)
 	lat := r.barrierLat
 	if lat.Count == 0 {
@@ -384,13 +385,13 @@ func (m *tuiModel) durabilityPanel(st *monitorState, w int) string {
 	}
 	limit := "no limit"
 	if st.MemoryLimit > 0 && st.MemoryLimit < math.MaxInt64 {
-		limit = humanBytes(st.MemoryLimit) + " limit"
+		limit = HumanBytes(st.MemoryLimit) + " limit"
 	}
 	lines := []string{
 		row("barriers", sparkline(m.series(func(r rates) float64 { return r.barriers }), sw)+fmt.Sprintf(" %.2f/s  p50 %s  p99 %s", r.barriers, q(lat.Quantile(0.5)), q(lat.Quantile(0.99)))),
-		row("dirty", humanBytes(st.DirtyBytes)+" waiting for a barrier"),
-		row("cache", fmt.Sprintf("%s · memory %s · disk %s", ratio, humanBytes(c.MemBytes), humanBytes(c.DiskBytes))),
-		row("memory", fmt.Sprintf("%s RSS of %s", humanBytes(st.MemoryRSS), limit)),
+		row("dirty", HumanBytes(st.DirtyBytes)+" waiting for a barrier"),
+		row("cache", fmt.Sprintf("%s · memory %s · disk %s", ratio, HumanBytes(c.MemBytes), HumanBytes(c.DiskBytes))),
+		row("memory", fmt.Sprintf("%s RSS of %s", HumanBytes(st.MemoryRSS), limit)),
 	}
 	if c.Corrupt > 0 || c.DiskCorrupt > 0 {
 		lines = append(lines, styleErr.Render(fmt.Sprintf("corrupt frames: %d from the store, %d in the disk cache", c.Corrupt, c.DiskCorrupt)))
@@ -398,7 +399,7 @@ func (m *tuiModel) durabilityPanel(st *monitorState, w int) string {
 	return strings.Join(lines, "\n")
 }
 
-func (m *tuiModel) checkpointPanel(st *monitorState, now time.Time) string {
+func (m *tuiModel) checkpointPanel(st *telemetry.State, now time.Time) string {
 	if st.CheckpointError != "" {
 		return styleErr.Render("checkpoint list unreadable: " + st.CheckpointError)
 	}
