@@ -21,6 +21,7 @@ import (
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // Engine is an open ebbfs filesystem. All methods are safe for concurrent use.
@@ -36,7 +37,7 @@ type Engine struct {
 	log   *slog.Logger
 	clk   clock.Clock
 	db    *lsm.DB
-	rd    *segment.Reader
+	rd    *segread.Reader
 	codec segment.Codec
 
 	cacheLock *os.File // flock on CacheDir/LOCK, held until Close
@@ -190,7 +191,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	lo.ManifestInterval = o.ManifestInterval
 	// Before the metadata store releases its emergency reserve, the disk
 	// cache gives back what it can (cachedisk.go).
-	var reader atomic.Pointer[segment.Reader]
+	var reader atomic.Pointer[segread.Reader]
 	lo.MakeRoom = func(n int64) int64 {
 		if rd := reader.Load(); rd != nil {
 			return rd.ShrinkDiskCache(n)
@@ -217,7 +218,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	} else if o.DiskCacheBytes == 0 {
 		o.DiskCacheBytes = 10 << 30
 	}
-	rd, err := segment.NewReader(segment.ReaderOptions{
+	rd, err := segread.NewReader(segread.ReaderOptions{
 		Store:       o.Store,
 		Keys:        o.Keys,
 		MemoryBytes: o.MemoryCacheBytes,
@@ -429,7 +430,7 @@ func (e *Engine) ReadOnly() bool { return e.opts.ReadOnly }
 func (e *Engine) DB() *lsm.DB { return e.db }
 
 // Reader exposes the segment reader to the reclamation stages.
-func (e *Engine) Reader() *segment.Reader { return e.rd }
+func (e *Engine) Reader() *segread.Reader { return e.rd }
 
 func (e *Engine) writable() error {
 	if e.opts.ReadOnly {

@@ -9,6 +9,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/retry"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // Reads and the read half of a partial-extent write never wait for the
@@ -188,7 +189,7 @@ func (e *Engine) ReadVec(ctx context.Context, ino uint64, p []byte, off int64) (
 // segment reader.
 type readVec struct {
 	vecs  [][]byte
-	loans []*segment.Loan
+	loans []*segread.Loan
 }
 
 // release releases the loans and forgets the slices.
@@ -274,7 +275,7 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 // On a local store, reads of whole frames are decrypted straight into the
 // request's buffer instead (readRangeLocked), from sealed bytes read past
 // the page cache (objstore.ReadSpan). Read-ahead there reads only those
-// sealed bytes (segment.Reader.ReadAhead), up to readAheadLocalWindow
+// sealed bytes (segread.Reader.ReadAhead), up to readAheadLocalWindow
 // past the request's end: the segment reader holds few spans, and the
 // kernel no longer reads the files ahead. Decrypting ahead into the
 // frame cache moved every byte through memory three more times (into a
@@ -329,7 +330,7 @@ const prefetchRun = 2 << 20
 // local store, and for runs the disk cache holds, whose sequential reads
 // are decrypted straight into the reader's buffer (readRangeLocked), it
 // only reads the runs' sealed bytes for those reads to decrypt
-// (segment.Reader.ReadAhead).
+// (segread.Reader.ReadAhead).
 func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	all, err := e.pointersIn(ino, uint64(from)/es, uint64(to-1)/es+1)
 	if err != nil {
@@ -466,7 +467,7 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		// With vec, what the memory cache holds (fetched ahead behind a
 		// remote store) is lent to the reply rather than copied.
 		var lent [][]byte
-		var loan *segment.Loan
+		var loan *segread.Loan
 		var err error
 		if vec != nil {
 			lent, loan, err = e.rd.ReadRunToLent(ctx, runIDs, runPtrs, dsts)

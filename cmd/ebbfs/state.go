@@ -14,7 +14,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/stats"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
-	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // routeMonitor serves monitorState: everything `ebbfs monitor` and the
@@ -64,7 +64,7 @@ type monitorState struct {
 
 	Engine      fs.StatsSnapshot    `json:"engine"`
 	DirtyBytes  int64               `json:"dirty_bytes"`
-	Cache       segment.ReaderStats `json:"cache"`
+	Cache       segread.ReaderStats `json:"cache"`
 	MemoryRSS   int64               `json:"memory_rss"`
 	MemoryLimit int64               `json:"memory_limit"`
 

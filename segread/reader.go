@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // Defaults for ReaderOptions.
@@ -168,7 +169,7 @@ func (r *Reader) HasDiskCache() bool { return r.disk != nil }
 // obj is the whole object; ps point into it. The cache may read obj
 // until it calls release (if not nil), exactly once; the caller must not
 // change obj before then.
-func (r *Reader) Admit(obj []byte, ps []Pointer, release func()) {
+func (r *Reader) Admit(obj []byte, ps []segment.Pointer, release func()) {
 	if r.disk != nil {
 		r.disk.admit(obj, ps, release)
 	} else if release != nil {
@@ -185,7 +186,7 @@ func (r *Reader) Admit(obj []byte, ps []Pointer, release func()) {
 // uncached: reads of it went back to the store (and hung while the store
 // was away). The cache keeps obj until the frames are written; the caller
 // must not change it.
-func (r *Reader) Relocated(obj []byte, moves []Move) {
+func (r *Reader) Relocated(obj []byte, moves []segment.Move) {
 	r.mu.Lock()
 	if r.mu.mem != nil {
 		for _, m := range moves {
@@ -196,7 +197,7 @@ func (r *Reader) Relocated(obj []byte, moves []Move) {
 	if r.disk == nil || len(moves) == 0 {
 		return
 	}
-	olds := make([]Pointer, len(moves))
+	olds := make([]segment.Pointer, len(moves))
 	idx := make([]int, len(moves))
 	for i, m := range moves {
 		olds[i], idx[i] = m.Old, i
@@ -205,7 +206,7 @@ func (r *Reader) Relocated(obj []byte, moves []Move) {
 	if len(have) == 0 {
 		return
 	}
-	ps := make([]Pointer, len(have))
+	ps := make([]segment.Pointer, len(have))
 	for j, i := range have {
 		ps[j] = moves[i].New
 	}
@@ -217,14 +218,14 @@ func (r *Reader) Relocated(obj []byte, moves []Move) {
 // extent (a random overwrite) finds the rest of its bytes there instead of
 // reading and opening the frame again. The cache then owns plain: the
 // caller must neither change nor reuse it. It is charged for cap(plain).
-func (r *Reader) Remember(id FrameID, p Pointer, plain []byte) {
+func (r *Reader) Remember(id segment.FrameID, p segment.Pointer, plain []byte) {
 	if len(plain) != int(p.PlainLen) {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mu.mem != nil {
-		r.mu.mem.putRun(p.Segment, []uint32{p.Offset}, []FrameID{id}, [][]byte{plain}, int64(cap(plain)))
+		r.mu.mem.putRun(p.Segment, []uint32{p.Offset}, []segment.FrameID{id}, [][]byte{plain}, int64(cap(plain)))
 	}
 }
 
@@ -232,7 +233,7 @@ func (r *Reader) Remember(id FrameID, p Pointer, plain []byte) {
 // that has just superseded it. A frame that shares its buffer with others
 // read in the same request stops being found, but its memory is given
 // back only with theirs.
-func (r *Reader) Drop(p Pointer) {
+func (r *Reader) Drop(p segment.Pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mu.mem != nil {
@@ -283,14 +284,14 @@ func (r *Reader) Stats() ReaderStats {
 }
 
 // ReadDirectory is ReadDirectory with the reader's store, keys and logger.
-func (r *Reader) ReadDirectory(ctx context.Context, segID uint64, size int64) (Footer, []DirEntry, error) {
-	return readDirectory(ctx, r.getRange, r.k, segID, size, r.log)
+func (r *Reader) ReadDirectory(ctx context.Context, segID uint64, size int64) (segment.Footer, []segment.DirEntry, error) {
+	return segment.ReadDirectoryVia(ctx, r.getRange, r.k, segID, size, r.log)
 }
 
 // reportCorrupt counts and logs (once per site) a corruption found in a
 // store object, and returns the error to hand out.
-func (r *Reader) reportCorrupt(p Pointer, reason string, cause error) error {
-	ce := &CorruptError{Key: Key(p.Segment), Offset: int64(p.Offset), Reason: reason, Err: cause}
+func (r *Reader) reportCorrupt(p segment.Pointer, reason string, cause error) error {
+	ce := &segment.CorruptError{Key: segment.Key(p.Segment), Offset: int64(p.Offset), Reason: reason, Err: cause}
 	r.corrupt.Add(1)
 	site := corruptSite{p.Segment, int64(p.Offset)}
 	r.mu.Lock()
@@ -303,21 +304,21 @@ func (r *Reader) reportCorrupt(p Pointer, reason string, cause error) error {
 	}
 	r.mu.Unlock()
 	if !seen {
-		logCorrupt(r.log, ce)
+		segment.LogCorrupt(r.log, ce)
 	}
 	return ce
 }
 
-func (r *Reader) checkPointer(p Pointer) error {
+func (r *Reader) checkPointer(p segment.Pointer) error {
 	if err := p.Validate(); err != nil {
-		return &CorruptError{Key: Key(p.Segment), Offset: int64(p.Offset), Reason: "invalid extent pointer", Err: err}
+		return &segment.CorruptError{Key: segment.Key(p.Segment), Offset: int64(p.Offset), Reason: "invalid extent pointer", Err: err}
 	}
 	return nil
 }
 
 // cached looks in the memory cache and the disk cache.
 // It returns the plaintext (shared: read-only) or ok=false.
-func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
+func (r *Reader) cached(id segment.FrameID, p segment.Pointer) ([]byte, bool, error) {
 	r.mu.Lock()
 	if r.mu.closed {
 		r.mu.Unlock()
@@ -334,7 +335,7 @@ func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 	r.mu.Unlock()
 	if r.disk != nil {
 		if f, ok := r.disk.get(p); ok {
-			out, err := DecodeFrame(r.k, id, f, int(p.PlainLen))
+			out, err := segment.DecodeFrame(r.k, id, f, int(p.PlainLen))
 			if err == nil {
 				r.diskHits.Add(1)
 				r.memPut(id, p, out)
@@ -348,7 +349,7 @@ func (r *Reader) cached(id FrameID, p Pointer) ([]byte, bool, error) {
 	return nil, false, nil
 }
 
-func (r *Reader) memPut(id FrameID, p Pointer, plain []byte) {
+func (r *Reader) memPut(id segment.FrameID, p segment.Pointer, plain []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mu.mem != nil {
@@ -371,8 +372,8 @@ func (r *Reader) getRange(ctx context.Context, key string, off, n int64) ([]byte
 
 // accept authenticates a frame fetched from the store, caches it, and
 // returns its plaintext.
-func (r *Reader) accept(id FrameID, p Pointer, frame []byte) ([]byte, error) {
-	out, err := DecodeFrame(r.k, id, frame, int(p.PlainLen))
+func (r *Reader) accept(id segment.FrameID, p segment.Pointer, frame []byte) ([]byte, error) {
+	out, err := segment.DecodeFrame(r.k, id, frame, int(p.PlainLen))
 	if err != nil {
 		return nil, r.reportCorrupt(p, "", err)
 	}
@@ -389,7 +390,7 @@ func (r *Reader) accept(id FrameID, p Pointer, frame []byte) ([]byte, error) {
 // and other readers: it must not be modified. Corruption is an
 // error wrapping ErrCorrupt that names the object; a missing object wraps
 // objstore.ErrNotFound.
-func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error) {
+func (r *Reader) Read(ctx context.Context, id segment.FrameID, p segment.Pointer) ([]byte, error) {
 	if err := r.checkPointer(p); err != nil {
 		return nil, err
 	}
@@ -413,7 +414,7 @@ func (r *Reader) Read(ctx context.Context, id FrameID, p Pointer) ([]byte, error
 // frame to fetch from a store behind a disk cache is read whole and cached
 // as by Read, since that GET costs the same and its neighbours are likely
 // next. The result must not be modified.
-func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to int) ([]byte, error) {
+func (r *Reader) ReadPart(ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int) ([]byte, error) {
 	return r.readPart(ctx, id, p, from, to, nil)
 }
 
@@ -423,9 +424,9 @@ func (r *Reader) ReadPart(ctx context.Context, id FrameID, p Pointer, from, to i
 // then allocates nothing, where a plaintext buffer of its own per read
 // was most of what such reads allocated (76 of 95 MB over 20,000 reads),
 // and the heap growing under them cost a page fault every read or so.
-func (r *Reader) ReadPartTo(ctx context.Context, id FrameID, p Pointer, from, to int, dst []byte) error {
+func (r *Reader) ReadPartTo(ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int, dst []byte) error {
 	if len(dst) != to-from {
-		return fmt.Errorf("segment %s: a buffer of %d bytes for [%d,%d)", Key(p.Segment), len(dst), from, to)
+		return fmt.Errorf("segment %s: a buffer of %d bytes for [%d,%d)", segment.Key(p.Segment), len(dst), from, to)
 	}
 	_, err := r.readPart(ctx, id, p, from, to, dst)
 	return err
@@ -433,12 +434,12 @@ func (r *Reader) ReadPartTo(ctx context.Context, id FrameID, p Pointer, from, to
 
 // readPart is ReadPart, and with dst ReadPartTo; it returns the bytes
 // (dst, with dst).
-func (r *Reader) readPart(ctx context.Context, id FrameID, p Pointer, from, to int, dst []byte) ([]byte, error) {
+func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int, dst []byte) ([]byte, error) {
 	if err := r.checkPointer(p); err != nil {
 		return nil, err
 	}
 	if from < 0 || to > int(p.PlainLen) || from >= to {
-		return nil, fmt.Errorf("segment %s: read [%d,%d) of a frame of %d bytes", Key(p.Segment), from, to, p.PlainLen)
+		return nil, fmt.Errorf("segment %s: read [%d,%d) of a frame of %d bytes", segment.Key(p.Segment), from, to, p.PlainLen)
 	}
 	// deliver returns b, the bytes [from, to), or copies them into dst.
 	deliver := func(b []byte) []byte {
@@ -472,9 +473,9 @@ func (r *Reader) readPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		}
 	}
 	r.mu.Unlock()
-	first, a, b := pieceSpan(int(p.PlainLen), from, to)
-	skip := from - first*PieceSize
-	end := min((to+PieceSize-1)/PieceSize*PieceSize, int(p.PlainLen))
+	first, a, b := segment.PieceSpan(int(p.PlainLen), from, to)
+	skip := from - first*segment.PieceSize
+	end := min((to+segment.PieceSize-1)/segment.PieceSize*segment.PieceSize, int(p.PlainLen))
 	// direct: the pieces' plaintext is [from, to), dst's bytes exactly.
 	direct := dst != nil && skip == 0 && to == end
 	// The sealed pieces are read into a pooled buffer, past the page
@@ -492,15 +493,15 @@ func (r *Reader) readPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		case direct:
 			// Capped at dst's length: the pieces' plaintext is exactly
 			// that long, and never spills into the caller's bytes past it.
-			out, err := openPiecesTo(dst[:0:len(dst)], false, r.k, nil, id, int(p.PlainLen), first, span)
+			out, err := segment.OpenPiecesTo(dst[:0:len(dst)], false, r.k, nil, id, int(p.PlainLen), first, span)
 			if err == nil && (len(out) != len(dst) || &out[0] != &dst[0]) {
-				err = fmt.Errorf("frame (ino %d, extent %d, gen %d): %d bytes of plaintext for [%d,%d): %w", id.Ino, id.Extent, id.Gen, len(out), from, to, ErrCorrupt)
+				err = fmt.Errorf("frame (ino %d, extent %d, gen %d): %d bytes of plaintext for [%d,%d): %w", id.Ino, id.Extent, id.Gen, len(out), from, to, segment.ErrCorrupt)
 			}
 			return out, err
 		case buf == nil || dst != nil:
-			return openPiecesInPlace(r.k, id, int(p.PlainLen), first, span)
+			return segment.OpenPiecesTo(span[:0], true, r.k, nil, id, int(p.PlainLen), first, span)
 		}
-		return openPieces(make([]byte, 0, end-first*PieceSize), r.k, id, int(p.PlainLen), first, span)
+		return segment.OpenPiecesTo(make([]byte, 0, end-first*segment.PieceSize), false, r.k, nil, id, int(p.PlainLen), first, span)
 	}
 	// got returns the bytes [from, to) out of the pieces' plaintext.
 	got := func(plain []byte) []byte {
@@ -510,7 +511,7 @@ func (r *Reader) readPart(ctx context.Context, id FrameID, p Pointer, from, to i
 		return deliver(part(plain, skip, skip+to-from))
 	}
 	if r.disk != nil {
-		if len(r.disk.present([]Pointer{p}, []int{0})) == 0 {
+		if len(r.disk.present([]segment.Pointer{p}, []int{0})) == 0 {
 			return whole()
 		}
 		span, err := r.disk.readSpan(p.Segment, int64(p.Offset)+int64(a), b-a, buf)
@@ -533,9 +534,9 @@ func (r *Reader) readPart(ctx context.Context, id FrameID, p Pointer, from, to i
 	var span []byte
 	var err error
 	if buf != nil {
-		span, err = r.readSpan(ctx, Key(p.Segment), int64(p.Offset)+int64(a), b-a, buf)
+		span, err = r.readSpan(ctx, segment.Key(p.Segment), int64(p.Offset)+int64(a), b-a, buf)
 	} else {
-		span, err = r.getRange(ctx, Key(p.Segment), int64(p.Offset)+int64(a), int64(b-a))
+		span, err = r.getRange(ctx, segment.Key(p.Segment), int64(p.Offset)+int64(a), int64(b-a))
 	}
 	if err != nil {
 		return nil, err
@@ -586,7 +587,7 @@ func part(b []byte, from, to int) []byte {
 // fetchShared GETs one frame; concurrent callers for the same frame share
 // one request. A waiter whose context ends stops waiting; the request goes
 // on for the others.
-func (r *Reader) fetchShared(ctx context.Context, p Pointer) ([]byte, error) {
+func (r *Reader) fetchShared(ctx context.Context, p segment.Pointer) ([]byte, error) {
 	site := corruptSite{p.Segment, int64(p.Offset)}
 	r.mu.Lock()
 	if c, ok := r.mu.flight[site]; ok {
@@ -599,14 +600,14 @@ func (r *Reader) fetchShared(ctx context.Context, p Pointer) ([]byte, error) {
 		if c.err != nil || len(c.frame) != int(p.Length) {
 			// The leader failed (perhaps only its context) or fetched a
 			// different length: try on our own.
-			return r.getRange(ctx, Key(p.Segment), int64(p.Offset), int64(p.Length))
+			return r.getRange(ctx, segment.Key(p.Segment), int64(p.Offset), int64(p.Length))
 		}
 		return c.frame, nil
 	}
 	c := &fetchCall{done: make(chan struct{})}
 	r.mu.flight[site] = c
 	r.mu.Unlock()
-	c.frame, c.err = r.getRange(ctx, Key(p.Segment), int64(p.Offset), int64(p.Length))
+	c.frame, c.err = r.getRange(ctx, segment.Key(p.Segment), int64(p.Offset), int64(p.Length))
 	r.mu.Lock()
 	delete(r.mu.flight, site)
 	r.mu.Unlock()
@@ -617,7 +618,7 @@ func (r *Reader) fetchShared(ctx context.Context, p Pointer) ([]byte, error) {
 // runGroups splits the indices of ps (sorted by offset, one segment) into
 // groups each fetched with one GET: a new group starts where the gap to
 // the previous wanted frame exceeds MaxRunGap.
-func runGroups(ps []Pointer, want []int) [][]int {
+func runGroups(ps []segment.Pointer, want []int) [][]int {
 	var groups [][]int
 	for _, i := range want {
 		if n := len(groups); n > 0 {
@@ -633,7 +634,7 @@ func runGroups(ps []Pointer, want []int) [][]int {
 	return groups
 }
 
-func (r *Reader) checkRun(ps []Pointer) error {
+func (r *Reader) checkRun(ps []segment.Pointer) error {
 	for i, p := range ps {
 		if err := r.checkPointer(p); err != nil {
 			return err
@@ -642,7 +643,7 @@ func (r *Reader) checkRun(ps []Pointer) error {
 			return fmt.Errorf("segment run: pointer %d is in segment %016x, not %016x", i, p.Segment, ps[0].Segment)
 		}
 		if i > 0 && uint64(p.Offset) < ps[i-1].End() {
-			return fmt.Errorf("segment %s run: pointer %d at %d is not after the previous frame ending at %d", Key(p.Segment), i, p.Offset, ps[i-1].End())
+			return fmt.Errorf("segment %s run: pointer %d at %d is not after the previous frame ending at %d", segment.Key(p.Segment), i, p.Offset, ps[i-1].End())
 		}
 	}
 	return nil
@@ -652,9 +653,9 @@ func (r *Reader) checkRun(ps []Pointer) error {
 // frame's bytes within it, and whether the buffer is a pooled one to give
 // back once they are opened: only when pool is set, for a caller that
 // does not keep the frames (as a disk cache does).
-func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool bool) ([]byte, [][]byte, bool, error) {
+func (r *Reader) fetchGroup(ctx context.Context, ps []segment.Pointer, g []int, pool bool) ([]byte, [][]byte, bool, error) {
 	start, end := uint64(ps[g[0]].Offset), ps[g[len(g)-1]].End()
-	key, n := Key(ps[g[0]].Segment), int64(end-start)
+	key, n := segment.Key(ps[g[0]].Segment), int64(end-start)
 	buf, data, pooled, err := r.readSealed(ctx, key, int64(start), int(n), pool)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", key, start, n, err)
@@ -664,7 +665,7 @@ func (r *Reader) fetchGroup(ctx context.Context, ps []Pointer, g []int, pool boo
 
 // frameSlices returns the bytes of each frame ps[i], i in g, within data,
 // the sealed span of the group from offset start on.
-func frameSlices(ps []Pointer, g []int, start uint64, data []byte) [][]byte {
+func frameSlices(ps []segment.Pointer, g []int, start uint64, data []byte) [][]byte {
 	out := make([][]byte, len(g))
 	for j, i := range g {
 		a, b := uint64(ps[i].Offset)-start, ps[i].End()-start
@@ -675,8 +676,8 @@ func frameSlices(ps []Pointer, g []int, start uint64, data []byte) [][]byte {
 
 // openTo authenticates and decrypts frame, sealed for id, into d (its
 // PlainLen bytes), as ReadRunTo does.
-func (r *Reader) openTo(o *keys.Opener, id FrameID, frame, d []byte) error {
-	out, err := decodeFrameWith(d[:0:len(d)], r.k, o, id, frame, len(d))
+func (r *Reader) openTo(o *keys.Opener, id segment.FrameID, frame, d []byte) error {
+	out, err := segment.DecodeFrameWith(d[:0:len(d)], r.k, o, id, frame, len(d))
 	if err == nil && len(out) > 0 && &out[0] != &d[0] {
 		copy(d, out) // decoded elsewhere (cannot happen with PlainLen bytes of room)
 	}
@@ -713,7 +714,7 @@ func (r *Reader) readSealed(ctx context.Context, key string, off int64, n int, s
 // fit). It returns the run to cache (not yet cached or held), each
 // frame's plaintext (nil where it failed), the memory they hold, and each
 // frame's error. frames are left as they were.
-func (r *Reader) openRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte) (*memRun, [][]byte, int64, []error) {
+func (r *Reader) openRun(ids []segment.FrameID, ps []segment.Pointer, g []int, frames [][]byte) (*memRun, [][]byte, int64, []error) {
 	at := make([]int, len(g)+1)
 	for j, i := range g {
 		at[j+1] = at[j] + int(ps[i].PlainLen)
@@ -727,7 +728,7 @@ func (r *Reader) openRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte) 
 	errs := make([]error, len(g))
 	r.decodeEach(len(g), runtime.GOMAXPROCS(0), func(o *keys.Opener, j int) {
 		i := g[j]
-		plains[j], errs[j] = decodeFrameWith(buf[at[j]:at[j]:at[j+1]], r.k, o, ids[i], frames[j], int(ps[i].PlainLen))
+		plains[j], errs[j] = segment.DecodeFrameWith(buf[at[j]:at[j]:at[j+1]], r.k, o, ids[i], frames[j], int(ps[i].PlainLen))
 	})
 	held := int64(cap(buf))
 	for j := range g {
@@ -746,15 +747,15 @@ func (r *Reader) openRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte) 
 // each calling it for consecutive js with one keys.Opener: the frames of
 // one nonce prefix (sealed together, Builder.AddFrames) then cost one key
 // derivation. With more than one worker, each takes up to sealGroup js at
-// a time (groupSize).
+// a time (segment.SealGroupSize).
 func (r *Reader) decodeEach(n, workers int, f func(o *keys.Opener, j int)) {
 	chunk := max(n, 1)
 	if workers > 1 {
-		chunk = groupSize(n, workers)
+		chunk = segment.SealGroupSize(n, workers)
 	}
-	forEach((n+chunk-1)/chunk, workers, func(c int) {
+	segment.ForEachGroup(n, chunk, workers, func(lo, hi int) {
 		o := r.k.Data.NewOpener()
-		for j := c * chunk; j < min((c+1)*chunk, n); j++ {
+		for j := lo; j < hi; j++ {
 			f(&o, j)
 		}
 	})
@@ -776,13 +777,13 @@ func (r *Reader) hold(run *memRun, loan *Loan) {
 
 // cacheRun caches the frames ps[i], i in g (those with a plaintext), as
 // run, held for the caller by loan. Caller holds r.mu.
-func (r *Reader) cacheRun(run *memRun, ids []FrameID, ps []Pointer, g []int, plains [][]byte, held int64, loan *Loan) {
+func (r *Reader) cacheRun(run *memRun, ids []segment.FrameID, ps []segment.Pointer, g []int, plains [][]byte, held int64, loan *Loan) {
 	r.hold(run, loan)
 	if r.mu.mem == nil {
 		return
 	}
 	var offs []uint32
-	var runIDs []FrameID
+	var runIDs []segment.FrameID
 	var datas [][]byte
 	for j, i := range g {
 		if plains[j] != nil {
@@ -806,7 +807,7 @@ func (r *Reader) runLeft(run *memRun) {
 // acceptRun authenticates and decrypts the frames of one coalesced GET
 // (openRun), hands them to the disk cache, and caches them in memory as
 // one run. It returns the plaintexts in the order of g.
-func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte, loan *Loan) ([][]byte, error) {
+func (r *Reader) acceptRun(ids []segment.FrameID, ps []segment.Pointer, g []int, frames [][]byte, loan *Loan) ([][]byte, error) {
 	run, plains, held, errs := r.openRun(ids, ps, g, frames)
 	for j, i := range g {
 		if errs[j] != nil {
@@ -833,7 +834,7 @@ func (r *Reader) acceptRun(ids []FrameID, ps []Pointer, g []int, frames [][]byte
 // coalesced ranged GET (gaps up to MaxRunGap are read through; a larger gap
 // starts another GET) and authenticated on every core. Results are in the
 // order of ps and, as with Read, must not be modified.
-func (r *Reader) ReadRun(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, error) {
+func (r *Reader) ReadRun(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, error) {
 	return r.readRun(ctx, ids, ps, nil)
 }
 
@@ -863,7 +864,7 @@ func (l *Loan) Release() {
 // until it releases the loan (as the file system copies them into a
 // reply): their buffers can then be used again for other runs, which
 // spares a sequential reader clearing new memory for every run.
-func (r *Reader) ReadRunLent(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, *Loan, error) {
+func (r *Reader) ReadRunLent(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, *Loan, error) {
 	loan := &Loan{r: r}
 	out, err := r.readRun(ctx, ids, ps, loan)
 	if err != nil {
@@ -874,13 +875,13 @@ func (r *Reader) ReadRunLent(ctx context.Context, ids []FrameID, ps []Pointer) (
 }
 
 // Fetch reads the frames as ReadRun does, into the caches only.
-func (r *Reader) Fetch(ctx context.Context, ids []FrameID, ps []Pointer) error {
+func (r *Reader) Fetch(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) error {
 	_, loan, err := r.ReadRunLent(ctx, ids, ps)
 	loan.Release()
 	return err
 }
 
-func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan *Loan) ([][]byte, error) {
+func (r *Reader) readRun(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, loan *Loan) ([][]byte, error) {
 	if len(ids) != len(ps) {
 		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
 	}
@@ -944,7 +945,7 @@ func (r *Reader) readRun(ctx context.Context, ids []FrameID, ps []Pointer, loan 
 // caller sends it on (a FUSE reply: writev); a larger one on every core.
 // With a disk cache, the frames it holds are read from it the same way
 // (readDiskTo); the others are read as ReadRun reads them.
-func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) error {
+func (r *Reader) ReadRunTo(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte) error {
 	_, loan, err := r.readRunTo(ctx, ids, ps, dst, false)
 	loan.Release()
 	return err
@@ -958,13 +959,13 @@ func (r *Reader) ReadRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 // decrypted into dst[i]. So a stream of what was fetched ahead into the
 // memory cache (behind a remote store, what the disk cache does not hold
 // yet) is sent without a copy.
-func (r *Reader) ReadRunToLent(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte) (lent [][]byte, loan *Loan, err error) {
+func (r *Reader) ReadRunToLent(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte) (lent [][]byte, loan *Loan, err error) {
 	return r.readRunTo(ctx, ids, ps, dst, true)
 }
 
 // readRunTo is ReadRunTo, and with lend ReadRunToLent. The loan it
 // returns (nil on error) holds what the frames were read from.
-func (r *Reader) readRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst [][]byte, lend bool) (lent [][]byte, loan *Loan, err error) {
+func (r *Reader) readRunTo(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte, lend bool) (lent [][]byte, loan *Loan, err error) {
 	if len(ids) != len(ps) || len(dst) != len(ps) {
 		return nil, nil, fmt.Errorf("segment run: %d ids and %d buffers for %d pointers", len(ids), len(dst), len(ps))
 	}
@@ -1038,7 +1039,7 @@ func (r *Reader) readRunTo(ctx context.Context, ids []FrameID, ps []Pointer, dst
 // what the writer uploaded, or of what was read before, costs its reads
 // of the cache's files and one decryption, and does not push out of the
 // memory cache what partial reads and writes keep there.
-func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, want []int, dst [][]byte, workers int, lent [][]byte, loan *Loan) error {
+func (r *Reader) readDiskTo(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, want []int, dst [][]byte, workers int, lent [][]byte, loan *Loan) error {
 	have := r.disk.present(ps, want)
 	done := make([]bool, len(ps))
 	// Spans are read from the cache's files, not the store: worth waiting
@@ -1077,8 +1078,8 @@ func (r *Reader) readDiskTo(ctx context.Context, ids []FrameID, ps []Pointer, wa
 		r.diskHits.Add(uint64(n))
 	}
 	var rest []int
-	var restIDs []FrameID
-	var restPs []Pointer
+	var restIDs []segment.FrameID
+	var restPs []segment.Pointer
 	for _, i := range want {
 		if !done[i] {
 			rest, restIDs, restPs = append(rest, i), append(restIDs, ids[i]), append(restPs, ps[i])
@@ -1121,7 +1122,7 @@ func dstLen(dst [][]byte, want []int) int {
 
 // readGroupTo reads the frames ps[i], i in g, with one request and
 // decrypts each into dst[i], on up to workers goroutines, for ReadRunTo.
-func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g []int, dst [][]byte, workers int) error {
+func (r *Reader) readGroupTo(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, g []int, dst [][]byte, workers int) error {
 	frames, done, err := r.sealedFrames(ctx, ps, g, true)
 	if err != nil {
 		return err
@@ -1145,7 +1146,7 @@ func (r *Reader) readGroupTo(ctx context.Context, ids []FrameID, ps []Pointer, g
 // authentication, and counts it as damaged if there was one. There may be
 // none: an entry evicted (or a queued frame the writer gave up on) after
 // present found it was read as a hole, which is a plain miss.
-func (r *Reader) diskDamaged(p Pointer, why string) {
+func (r *Reader) diskDamaged(p segment.Pointer, why string) {
 	if r.disk.drop(p, why) {
 		r.diskCorrupt.Add(1)
 	}
@@ -1157,7 +1158,7 @@ func (r *Reader) diskDamaged(p Pointer, why string) {
 // acceptRun does with a GET). It fills out and returns the indexes still
 // wanted: frames the cache lacks, could not read, or held damaged (those
 // are dropped from it).
-func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]byte, loan *Loan) []int {
+func (r *Reader) readDiskRuns(ids []segment.FrameID, ps []segment.Pointer, want []int, out [][]byte, loan *Loan) []int {
 	have := r.disk.present(ps, want)
 	if len(have) == 0 {
 		return want
@@ -1228,7 +1229,7 @@ func (r *Reader) readDiskRuns(ids []FrameID, ps []Pointer, want []int, out [][]b
 // caches are neither consulted nor filled, and the frames are not
 // authenticated: use VerifyFrame (or ReadEncodedVerified) before trusting
 // them.
-func (r *Reader) ReadEncoded(ctx context.Context, ps []Pointer) ([][]byte, error) {
+func (r *Reader) ReadEncoded(ctx context.Context, ps []segment.Pointer) ([][]byte, error) {
 	if err := r.checkRun(ps); err != nil {
 		return nil, err
 	}
@@ -1258,7 +1259,7 @@ func (r *Reader) ReadEncoded(ctx context.Context, ps []Pointer) ([][]byte, error
 // ReadEncodedVerified is ReadEncoded that also authenticates every frame
 // for its id (without decompressing), so repack never copies a damaged
 // frame. Failures wrap ErrCorrupt and are logged.
-func (r *Reader) ReadEncodedVerified(ctx context.Context, ids []FrameID, ps []Pointer) ([][]byte, error) {
+func (r *Reader) ReadEncodedVerified(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, error) {
 	if len(ids) != len(ps) {
 		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
 	}
@@ -1267,7 +1268,7 @@ func (r *Reader) ReadEncodedVerified(ctx context.Context, ids []FrameID, ps []Po
 		return nil, err
 	}
 	for i, f := range out {
-		if err := VerifyFrame(r.k, ids[i], f, int(ps[i].PlainLen)); err != nil {
+		if err := segment.VerifyFrame(r.k, ids[i], f, int(ps[i].PlainLen)); err != nil {
 			return nil, r.reportCorrupt(ps[i], "", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 type fixture struct {
@@ -24,18 +25,18 @@ type fixture struct {
 	cs     *countingStore
 	segID  uint64
 	data   []byte
-	ids    []FrameID
+	ids    []segment.FrameID
 	plains [][]byte
-	ps     []Pointer
+	ps     []segment.Pointer
 }
 
 func newFixture(t *testing.T, n int) *fixture {
 	t.Helper()
 	k := testKeys(t)
 	const segID = 0x0000000200000017
-	data, ids, plains, ps := buildSegment(t, k, segID, CodecZstd, n)
+	data, ids, plains, ps := buildSegment(t, k, segID, segment.CodecZstd, n)
 	cs := newCounting(objstore.NewMem())
-	if err := Upload(context.Background(), cs, segID, data); err != nil {
+	if err := segment.Upload(context.Background(), cs, segID, data); err != nil {
 		t.Fatal(err)
 	}
 	cs.reset()
@@ -93,14 +94,14 @@ func TestReadDirectoryTwoGets(t *testing.T) {
 	t.Cleanup(func() { slog.SetDefault(prev) })
 	f := newFixture(t, 12)
 	ctx := context.Background()
-	foot, ents, err := ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data)))
+	foot, ents, err := segment.ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := f.cs.total(); got != 2 || f.cs.count("getrange") != 2 {
 		t.Fatalf("%d requests (%v), want exactly 2 ranged GETs", got, f.cs.counts)
 	}
-	if f.cs.ranges[0] != [2]int64{int64(len(f.data)) - FooterSize, FooterSize} {
+	if f.cs.ranges[0] != [2]int64{int64(len(f.data)) - segment.FooterSize, segment.FooterSize} {
 		t.Fatalf("first GET %v is not the footer", f.cs.ranges[0])
 	}
 	if f.cs.ranges[1] != [2]int64{int64(foot.DirOffset), int64(foot.DirLen)} {
@@ -112,24 +113,24 @@ func TestReadDirectoryTwoGets(t *testing.T) {
 
 	// Wrong size: corrupt, naming the key, after one GET.
 	f.cs.reset()
-	_, _, err = ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data))-1)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Key(f.segID)) {
+	_, _, err = segment.ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data))-1)
+	if !errors.Is(err, segment.ErrCorrupt) || !strings.Contains(err.Error(), segment.Key(f.segID)) {
 		t.Fatalf("wrong size: %v", err)
 	}
 	// Another segment's id: the key differs, so NotFound.
-	_, _, err = ReadDirectory(ctx, f.cs, f.k, f.segID+1, int64(len(f.data)))
+	_, _, err = segment.ReadDirectory(ctx, f.cs, f.k, f.segID+1, int64(len(f.data)))
 	if !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
 	// Object copied under another id: footer names the wrong segment.
-	if _, err := f.cs.Put(ctx, Key(99), f.data, objstore.PutOptions{}); err != nil {
+	if _, err := f.cs.Put(ctx, segment.Key(99), f.data, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = ReadDirectory(ctx, f.cs, f.k, 99, int64(len(f.data)))
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Key(99)) {
+	_, _, err = segment.ReadDirectory(ctx, f.cs, f.k, 99, int64(len(f.data)))
+	if !errors.Is(err, segment.ErrCorrupt) || !strings.Contains(err.Error(), segment.Key(99)) {
 		t.Fatalf("moved segment: %v", err)
 	}
-	if n := strings.Count(logs.String(), "level=ERROR"); n != 2 || !strings.Contains(logs.String(), "object="+Key(99)) {
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 2 || !strings.Contains(logs.String(), "object="+segment.Key(99)) {
 		t.Fatalf("want 2 error logs naming the objects, got %d:\n%s", n, logs.String())
 	}
 }
@@ -137,7 +138,7 @@ func TestReadDirectoryTwoGets(t *testing.T) {
 func TestReaderReadAndMemoryCache(t *testing.T) {
 	f := newFixture(t, 10)
 	// Room for three 32 KiB frames.
-	limit := int64(3 * (ExtentSize + memEntryOverhead))
+	limit := int64(3 * (segment.ExtentSize + memEntryOverhead))
 	r := f.reader(t, ReaderOptions{MemoryBytes: limit})
 	f.readAll(t, r, 0, 1, 2)
 	if g := f.cs.count("getrange"); g != 3 {
@@ -180,7 +181,7 @@ func TestReaderCacheRefusesOtherID(t *testing.T) {
 	f.readAll(t, r, 0)
 	other := f.ids[0]
 	other.Gen++
-	if _, err := r.Read(context.Background(), other, f.ps[0]); !errors.Is(err, ErrCorrupt) {
+	if _, err := r.Read(context.Background(), other, f.ps[0]); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("cached frame served for another id: %v", err)
 	}
 }
@@ -205,7 +206,7 @@ func dirSize(t *testing.T, dir string) (int64, int) {
 func TestDiskCacheBoundedAndSurvivesReopen(t *testing.T) {
 	f := newFixture(t, 10)
 	dir := t.TempDir()
-	limit := int64(4 * (ExtentSize + FrameOverhead))
+	limit := int64(4 * (segment.ExtentSize + segment.FrameOverhead))
 	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir, DiskBytes: limit})
 	f.readAll(t, r, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
 	st := r.Stats()
@@ -305,7 +306,7 @@ func TestReaderStoreCorruption(t *testing.T) {
 	ctx := context.Background()
 	bad := bytes.Clone(f.data)
 	bad[f.ps[2].Offset+30] ^= 1
-	if _, err := f.cs.Put(ctx, Key(f.segID), bad, objstore.PutOptions{}); err != nil {
+	if _, err := f.cs.Put(ctx, segment.Key(f.segID), bad, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
@@ -313,18 +314,18 @@ func TestReaderStoreCorruption(t *testing.T) {
 	r := f.reader(t, ReaderOptions{DiskDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for range 3 {
 		out, err := r.Read(ctx, f.ids[2], f.ps[2])
-		if !errors.Is(err, ErrCorrupt) || out != nil {
+		if !errors.Is(err, segment.ErrCorrupt) || out != nil {
 			t.Fatalf("corrupt frame: %v", err)
 		}
-		if !strings.Contains(err.Error(), Key(f.segID)) {
+		if !strings.Contains(err.Error(), segment.Key(f.segID)) {
 			t.Fatalf("error does not name the object: %v", err)
 		}
-		var ce *CorruptError
-		if !errors.As(err, &ce) || ce.Key != Key(f.segID) || ce.Offset != int64(f.ps[2].Offset) {
+		var ce *segment.CorruptError
+		if !errors.As(err, &ce) || ce.Key != segment.Key(f.segID) || ce.Offset != int64(f.ps[2].Offset) {
 			t.Fatalf("not a CorruptError: %#v", err)
 		}
 	}
-	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), Key(f.segID)) {
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), segment.Key(f.segID)) {
 		t.Fatalf("want one error log naming the object, got %d:\n%s", n, logs.String())
 	}
 	if st := r.Stats(); st.Corrupt != 3 || st.DiskEntries != 0 {
@@ -332,7 +333,7 @@ func TestReaderStoreCorruption(t *testing.T) {
 	}
 	// Its neighbours are fine, alone and in a run.
 	f.readAll(t, r, 1, 3)
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
+	if _, err := r.ReadRun(ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("run over corrupt frame: %v", err)
 	}
 	// The run's authenticated frames reached the disk cache; the corrupt
@@ -343,17 +344,17 @@ func TestReaderStoreCorruption(t *testing.T) {
 			t.Fatalf("frame %d in the disk cache: %v", i, ok)
 		}
 	}
-	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
+	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("verified encoded read: %v", err)
 	}
 	// Invalid pointer: clean error.
-	if _, err := r.Read(ctx, f.ids[0], Pointer{Segment: f.segID, Length: 3}); !errors.Is(err, ErrCorrupt) {
+	if _, err := r.Read(ctx, f.ids[0], segment.Pointer{Segment: f.segID, Length: 3}); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("invalid pointer: %v", err)
 	}
 	// Missing object.
 	p := f.ps[0]
 	p.Segment++
-	if _, err := r.Read(ctx, f.ids[0], p); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), Key(p.Segment)) {
+	if _, err := r.Read(ctx, f.ids[0], p); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), segment.Key(p.Segment)) {
 		t.Fatalf("missing object: %v", err)
 	}
 }
@@ -379,8 +380,8 @@ func TestReadRunCoalesces(t *testing.T) {
 	r2 := f.reader(t, ReaderOptions{MemoryBytes: -1})
 	f.cs.reset()
 	sel := []int{1, 2, 4, 6, 7}
-	var ids []FrameID
-	var ps []Pointer
+	var ids []segment.FrameID
+	var ps []segment.Pointer
 	for _, i := range sel {
 		ids, ps = append(ids, f.ids[i]), append(ps, f.ps[i])
 	}
@@ -395,16 +396,16 @@ func TestReadRunCoalesces(t *testing.T) {
 	}
 	// A gap above MaxRunGap splits the GET.
 	f.cs.reset()
-	if _, err := r2.ReadRun(ctx, []FrameID{f.ids[0], f.ids[9]}, []Pointer{f.ps[0], f.ps[9]}); err != nil || f.cs.total() != 2 {
+	if _, err := r2.ReadRun(ctx, []segment.FrameID{f.ids[0], f.ids[9]}, []segment.Pointer{f.ps[0], f.ps[9]}); err != nil || f.cs.total() != 2 {
 		t.Fatalf("split run: %v, %d requests", err, f.cs.total())
 	}
 	// Out-of-order and cross-segment runs are refused.
-	if _, err := r2.ReadRun(ctx, []FrameID{f.ids[1], f.ids[0]}, []Pointer{f.ps[1], f.ps[0]}); err == nil {
+	if _, err := r2.ReadRun(ctx, []segment.FrameID{f.ids[1], f.ids[0]}, []segment.Pointer{f.ps[1], f.ps[0]}); err == nil {
 		t.Fatal("unordered run accepted")
 	}
 	q := f.ps[1]
 	q.Segment++
-	if _, err := r2.ReadRun(ctx, f.ids[:2], []Pointer{f.ps[0], q}); err == nil {
+	if _, err := r2.ReadRun(ctx, f.ids[:2], []segment.Pointer{f.ps[0], q}); err == nil {
 		t.Fatal("cross-segment run accepted")
 	}
 	if _, err := r2.ReadRun(ctx, f.ids[:1], f.ps[:2]); err == nil {
@@ -431,11 +432,11 @@ func TestReadEncoded(t *testing.T) {
 		t.Fatalf("repack reads filled the caches: %+v", st)
 	}
 	// Copy into a new segment: the frames open there.
-	b := NewBuilder(f.k, 77, CodecZstd)
+	b := segment.NewBuilder(f.k, 77, segment.CodecZstd)
 	for i := range out {
 		b.AddEncoded(f.ids[i], out[i], f.ps[i].PlainLen)
 	}
-	if err := Upload(ctx, f.cs, 77, b.Finish()); err != nil {
+	if err := segment.Upload(ctx, f.cs, 77, b.Finish()); err != nil {
 		t.Fatal(err)
 	}
 	_, ents, err := r.ReadDirectory(ctx, 77, int64(len(b.Finish())))
@@ -478,18 +479,18 @@ func TestUploadIdempotent(t *testing.T) {
 	k := testKeys(t)
 	ctx := context.Background()
 	mem := objstore.NewMem()
-	data, _, _, _ := buildSegment(t, k, 5, CodecLZ4, 2)
-	if err := Upload(ctx, mem, 5, data); err != nil {
+	data, _, _, _ := buildSegment(t, k, 5, segment.CodecLZ4, 2)
+	if err := segment.Upload(ctx, mem, 5, data); err != nil {
 		t.Fatal(err)
 	}
-	if err := Upload(ctx, mem, 5, data); err != nil {
+	if err := segment.Upload(ctx, mem, 5, data); err != nil {
 		t.Fatalf("retry of the same upload: %v", err)
 	}
-	other, _, _, _ := buildSegment(t, k, 5, CodecLZ4, 2)
-	if err := Upload(ctx, mem, 5, other); !errors.Is(err, objstore.ErrPreconditionFailed) {
+	other, _, _, _ := buildSegment(t, k, 5, segment.CodecLZ4, 2)
+	if err := segment.Upload(ctx, mem, 5, other); !errors.Is(err, objstore.ErrPreconditionFailed) {
 		t.Fatalf("different object under the same id: %v", err)
 	}
-	got, _ := mem.Get(ctx, Key(5))
+	got, _ := mem.Get(ctx, segment.Key(5))
 	if !bytes.Equal(got, data) {
 		t.Fatal("object replaced")
 	}
@@ -497,7 +498,7 @@ func TestUploadIdempotent(t *testing.T) {
 
 func TestReaderConcurrent(t *testing.T) {
 	f := newFixture(t, 8)
-	r := f.reader(t, ReaderOptions{MemoryBytes: 4 * (ExtentSize + memEntryOverhead), DiskDir: t.TempDir(), DiskBytes: 5 * ExtentSize})
+	r := f.reader(t, ReaderOptions{MemoryBytes: 4 * (segment.ExtentSize + memEntryOverhead), DiskDir: t.TempDir(), DiskBytes: 5 * segment.ExtentSize})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
@@ -581,11 +582,11 @@ func TestReaderSharesConcurrentMisses(t *testing.T) {
 // run charged for its whole buffer; a hit on any frame refreshes the run,
 // and the budget holds however runs and single frames mix.
 func TestMemCacheRuns(t *testing.T) {
-	id := func(i int) FrameID { return FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
+	id := func(i int) segment.FrameID { return segment.FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
 	c := newMemCache(3*1000 + 8*memEntryOverhead)
 	buf := make([]byte, 1000)
 	run := func(seg uint64) {
-		c.putRun(seg, []uint32{0, 100, 200}, []FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
+		c.putRun(seg, []uint32{0, 100, 200}, []segment.FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
 	}
 	run(1)
 	run(2)
@@ -616,7 +617,7 @@ func TestMemCacheRuns(t *testing.T) {
 		t.Fatalf("forget left run 1 (frames %d)", c.len())
 	}
 	// A run larger than the budget is not cached.
-	c.putRun(5, []uint32{0}, []FrameID{id(0)}, [][]byte{buf}, c.max)
+	c.putRun(5, []uint32{0}, []segment.FrameID{id(0)}, [][]byte{buf}, c.max)
 	if _, ok := c.get(5, 0, id(0)); ok {
 		t.Fatal("cached a run over the budget")
 	}
@@ -627,7 +628,7 @@ func TestMemCacheRuns(t *testing.T) {
 func TestReadRunSmallCache(t *testing.T) {
 	f := newFixture(t, 12)
 	ctx := context.Background()
-	limit := int64(5 * (ExtentSize + memEntryOverhead))
+	limit := int64(5 * (segment.ExtentSize + memEntryOverhead))
 	r := f.reader(t, ReaderOptions{MemoryBytes: limit})
 	for round := range 3 {
 		for i := 0; i+3 <= len(f.ids); i += 3 {
@@ -656,10 +657,10 @@ func TestReadRunSmallCache(t *testing.T) {
 // dropping one of a run hides that frame only, and the run's memory goes
 // when the run does.
 func TestMemCacheDrop(t *testing.T) {
-	id := func(i int) FrameID { return FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
+	id := func(i int) segment.FrameID { return segment.FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
 	c := newMemCache(1 << 20)
 	buf := make([]byte, 1000)
-	c.putRun(1, []uint32{0, 100, 200}, []FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
+	c.putRun(1, []uint32{0, 100, 200}, []segment.FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
 	c.put(2, 0, id(3), make([]byte, 500))
 	full := c.used
 	c.drop(2, 0)
@@ -690,7 +691,9 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	f := newFixture(t, 6*per)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{MemoryBytes: runBufSize + per*memEntryOverhead + 1000}) // one run
-	group := func(g int) ([]FrameID, []Pointer) { return f.ids[g*per : (g+1)*per], f.ps[g*per : (g+1)*per] }
+	group := func(g int) ([]segment.FrameID, []segment.Pointer) {
+		return f.ids[g*per : (g+1)*per], f.ps[g*per : (g+1)*per]
+	}
 	check := func(what string, g int, datas [][]byte) {
 		t.Helper()
 		for j, d := range datas {
@@ -804,13 +807,13 @@ func TestReadRunTo(t *testing.T) {
 
 	bad := bytes.Clone(f.data)
 	bad[f.ps[6].Offset+30] ^= 1
-	if _, err := f.cs.Put(ctx, Key(f.segID), bad, objstore.PutOptions{}); err != nil {
+	if _, err := f.cs.Put(ctx, segment.Key(f.segID), bad, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	r2 := f.reader(t, ReaderOptions{})
 	err := r2.ReadRunTo(ctx, f.ids[5:8], f.ps[5:8], dst[5:8])
-	var ce *CorruptError
-	if !errors.As(err, &ce) || ce.Key != Key(f.segID) || ce.Offset != int64(f.ps[6].Offset) {
+	var ce *segment.CorruptError
+	if !errors.As(err, &ce) || ce.Key != segment.Key(f.segID) || ce.Offset != int64(f.ps[6].Offset) {
 		t.Fatalf("damaged frame: %v", err)
 	}
 }
@@ -928,11 +931,11 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	// A read-ahead that fails is dropped; the reader reads for itself.
 	other := newFixture(t, 4)
 	r2 := other.reader(t, ReaderOptions{})
-	if err := other.cs.Delete(ctx, Key(other.segID)); err != nil {
+	if err := other.cs.Delete(ctx, segment.Key(other.segID)); err != nil {
 		t.Fatal(err)
 	}
 	r2.ReadAhead(ctx, other.ps)
-	if _, err := other.cs.Put(ctx, Key(other.segID), other.data, objstore.PutOptions{}); err != nil {
+	if _, err := other.cs.Put(ctx, segment.Key(other.segID), other.data, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([][]byte, len(other.ps))

@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // Sealed read-ahead. A sequential reader of a local store has its frames
@@ -57,7 +58,7 @@ type aheadSpan struct {
 }
 
 // holds reports whether the span covers the frame at p.
-func (s *aheadSpan) holds(p Pointer) bool {
+func (s *aheadSpan) holds(p segment.Pointer) bool {
 	return s.seg == p.Segment && s.start <= uint64(p.Offset) && p.End() <= s.end
 }
 
@@ -75,7 +76,7 @@ type aheadTable struct {
 // holds whole, from the cache (or its queue), and reports whether it
 // did: any other is for Fetch, which fetches it from the store into both
 // caches.
-func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
+func (r *Reader) ReadAhead(ctx context.Context, ps []segment.Pointer) bool {
 	if len(ps) == 0 || r.checkRun(ps) != nil {
 		return false
 	}
@@ -105,7 +106,7 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 	if len(t.spans) >= aheadMax {
 		t.mu.Unlock()
 		if r.disk == nil {
-			objstore.WillNeed(r.store, Key(seg), int64(start), int64(end-start))
+			objstore.WillNeed(r.store, segment.Key(seg), int64(start), int64(end-start))
 		}
 		return true
 	}
@@ -118,7 +119,7 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 	if r.disk != nil {
 		buf, data, pooled = r.readDiskSpan(seg, int64(start), int(end-start))
 	} else {
-		buf, data, pooled, _ = r.readSealed(ctx, Key(seg), int64(start), int(end-start), true)
+		buf, data, pooled, _ = r.readSealed(ctx, segment.Key(seg), int64(start), int(end-start), true)
 	}
 	t.mu.Lock()
 	sp.data, sp.buf, sp.pooled, sp.read = data, buf, pooled, true
@@ -156,7 +157,7 @@ func (r *Reader) readDiskSpan(seg uint64, off int64, n int) (buf, data []byte, p
 // the frames ps[i], i in g, from the first on it holds. If no span holds
 // that frame, it returns nil and how many, from the first on, no span
 // holds.
-func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
+func (t *aheadTable) take(ps []segment.Pointer, g []int) (*aheadSpan, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range t.spans {
@@ -177,7 +178,7 @@ func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
 }
 
 // holdsLocked reports whether a span in the table covers the frame at p.
-func (t *aheadTable) holdsLocked(p Pointer) bool {
+func (t *aheadTable) holdsLocked(p segment.Pointer) bool {
 	for _, s := range t.spans {
 		if s.holds(p) {
 			return true
@@ -209,7 +210,7 @@ func (t *aheadTable) creditLocked(sp *aheadSpan, n uint64) {
 // passed credits the spans holding the frames ps[i], i not in want (an
 // ascending list), which a reader found elsewhere (the memory cache), as
 // if it had read them from the spans.
-func (t *aheadTable) passed(ps []Pointer, want []int, bufs *runBufs) {
+func (t *aheadTable) passed(ps []segment.Pointer, want []int, bufs *runBufs) {
 	if len(want) == len(ps) {
 		return
 	}
@@ -275,7 +276,7 @@ func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 // caller reading the store wants to get past (an entry found damaged),
 // and the frames it returns are the disk cache's to keep (putOwned),
 // where a span's buffer goes back to its pool.
-func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
+func (r *Reader) sealedFrames(ctx context.Context, ps []segment.Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
 	return r.sealedFramesFrom(ctx, ps, g, r.disk == nil, func(g []int) ([]byte, [][]byte, bool, error) {
 		return r.fetchGroup(ctx, ps, g, pool)
 	})
@@ -285,7 +286,7 @@ func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool b
 // fromSpans set, and reading the others with read (one stretch of g at a
 // time: its buffer, the frames' bytes in it, and whether the buffer is a
 // pooled scratch one).
-func (r *Reader) sealedFramesFrom(ctx context.Context, ps []Pointer, g []int, fromSpans bool, read func(g []int) ([]byte, [][]byte, bool, error)) (frames [][]byte, done func(), err error) {
+func (r *Reader) sealedFramesFrom(ctx context.Context, ps []segment.Pointer, g []int, fromSpans bool, read func(g []int) ([]byte, [][]byte, bool, error)) (frames [][]byte, done func(), err error) {
 	frames = make([][]byte, len(g))
 	var spans []*aheadSpan
 	var used []uint64

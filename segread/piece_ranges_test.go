@@ -1,6 +1,8 @@
-package segment
+package segread
 
 import (
+	"ebbfs.dev/ebbfs/segment"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -21,7 +23,7 @@ func TestReadPartToEveryRange(t *testing.T) {
 	for _, i := range []int{1, 3} {
 		n := int(f.ps[i].PlainLen)
 		pts = pts[:0]
-		for b := 0; b <= n; b += PieceSize {
+		for b := 0; b <= n; b += segment.PieceSize {
 			for _, d := range []int{-1, 0, 1} {
 				if x := b + d; x >= 0 && x <= n {
 					pts = append(pts, x)
@@ -51,11 +53,11 @@ func TestReadPartToEveryRange(t *testing.T) {
 					}
 					keep := bytes.Clone(got)
 					for k := 0; k < 3; k++ {
-						if _, err := r.ReadPart(ctx, f.ids[i], f.ps[i], 0, min(n, 3*PieceSize-5)); err != nil {
+						if _, err := r.ReadPart(ctx, f.ids[i], f.ps[i], 0, min(n, 3*segment.PieceSize-5)); err != nil {
 							t.Fatal(err)
 						}
-						d2 := make([]byte, PieceSize)
-						if err := r.ReadPartTo(ctx, f.ids[i], f.ps[i], PieceSize, 2*PieceSize, d2); err != nil {
+						d2 := make([]byte, segment.PieceSize)
+						if err := r.ReadPartTo(ctx, f.ids[i], f.ps[i], segment.PieceSize, 2*segment.PieceSize, d2); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -92,7 +94,7 @@ func TestReadPartToDamagedDiskPiece(t *testing.T) {
 	i := 1
 	p, plain := f.ps[i], f.plains[i]
 	n := int(p.PlainLen)
-	for _, rg := range [][2]int{{0, 3 * PieceSize}, {0, 6 * PieceSize}, {100, 6 * PieceSize}, {PieceSize - 1, 3*PieceSize + 1}, {0, n}, {PieceSize, n}} {
+	for _, rg := range [][2]int{{0, 3 * segment.PieceSize}, {0, 6 * segment.PieceSize}, {100, 6 * segment.PieceSize}, {segment.PieceSize - 1, 3*segment.PieceSize + 1}, {0, n}, {segment.PieceSize, n}} {
 		dir := t.TempDir()
 		rd := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
 		f.readAll(t, rd, i)
@@ -103,7 +105,7 @@ func TestReadPartToDamagedDiskPiece(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b[int(p.Offset)+2*(PieceSize+pieceOverhead)+100] ^= 1 // piece 2
+		b[int(p.Offset)+2*(segment.PieceSize+segment.PieceOverhead)+100] ^= 1 // piece 2
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // diskCache keeps encrypted frames on local disk, one sparse file per
@@ -481,7 +482,7 @@ func (c *diskCache) unpendLocked(r *diskRun) {
 }
 
 // pendFrameLocked returns the queued run that holds the frame p, or nil.
-func (c *diskCache) pendFrameLocked(p Pointer) *diskRun {
+func (c *diskCache) pendFrameLocked(p segment.Pointer) *diskRun {
 	for _, r := range c.pend[p.Segment] {
 		k, ok := sort.Find(len(r.es), func(k int) int { return cmp.Compare(p.Offset, r.es[k].off) })
 		if ok && r.es[k].length == p.Length {
@@ -770,7 +771,7 @@ func (c *diskCache) closeFileLocked(s *diskSeg) {
 }
 
 // get returns the cached encrypted frame, if any.
-func (c *diskCache) get(p Pointer) ([]byte, bool) {
+func (c *diskCache) get(p segment.Pointer) ([]byte, bool) {
 	for try := 0; try < 2; try++ {
 		c.mu.Lock()
 		if r := c.pendFrameLocked(p); r != nil {
@@ -814,7 +815,7 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 
 // present returns those of the frames ps[i], i in idx, that the cache
 // holds or has queued, refreshing the ones it holds.
-func (c *diskCache) present(ps []Pointer, idx []int) []int {
+func (c *diskCache) present(ps []segment.Pointer, idx []int) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var have []int
@@ -871,7 +872,7 @@ func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, 
 // drop removes an entry found damaged.
 // It reports whether the cache held one: a frame evicted, or given up by
 // the writer, after present found it reads as a hole, which is no damage.
-func (c *diskCache) drop(p Pointer, why string) bool {
+func (c *diskCache) drop(p segment.Pointer, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.segs[p.Segment]; s != nil {
@@ -886,7 +887,7 @@ func (c *diskCache) drop(p Pointer, why string) bool {
 
 // put queues a copy of an encrypted frame for the disk cache without
 // waiting.
-func (c *diskCache) put(p Pointer, frame []byte) {
+func (c *diskCache) put(p segment.Pointer, frame []byte) {
 	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
 		return
 	}
@@ -895,7 +896,7 @@ func (c *diskCache) put(p Pointer, frame []byte) {
 
 // putOwned is put of a frame the cache may keep: the caller neither
 // changes nor reuses it.
-func (c *diskCache) putOwned(p Pointer, frame []byte) {
+func (c *diskCache) putOwned(p segment.Pointer, frame []byte) {
 	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
 		return
 	}
@@ -916,8 +917,8 @@ func (c *diskCache) putOwned(p Pointer, frame []byte) {
 // are counted (skipped). The caller must not change obj until release
 // (if not nil) is called, once the cache no longer reads it: at once when
 // it copied or left out the frames, else after writing them.
-func (c *diskCache) admit(obj []byte, ps []Pointer, release func()) {
-	ok := func(p Pointer) bool {
+func (c *diskCache) admit(obj []byte, ps []segment.Pointer, release func()) {
+	ok := func(p segment.Pointer) bool {
 		return p.Length > 0 && p.End() <= uint64(len(obj)) && int64(p.Length) <= c.max
 	}
 	var runs []diskRun
@@ -1132,3 +1133,6 @@ func (c *diskCache) stats() (bytes int64, entries int) {
 	defer c.mu.Unlock()
 	return c.used, c.lru.Len()
 }
+
+// lowerHex reports whether s is only lower-case hexadecimal digits.
+func lowerHex(s string) bool { return strings.Trim(s, "0123456789abcdef") == "" }

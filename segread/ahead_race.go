@@ -1,6 +1,6 @@
 //go:build race
 
-package segment
+package segread
 
 import "time"
 

@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/fileutil"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // fakeDisk is a filesystem of total bytes whose free space is what the
@@ -310,16 +311,16 @@ func TestRelocatedStaysCached(t *testing.T) {
 	// The repack output: every frame, in reverse order, so that no new
 	// pointer equals an old one.
 	const out = 0x0000000300000001
-	b := NewBuilder(f.k, out, CodecNone)
-	moves := make([]Move, 0, len(f.ps))
+	b := segment.NewBuilder(f.k, out, segment.CodecNone)
+	moves := make([]segment.Move, 0, len(f.ps))
 	for i := len(f.ps) - 1; i >= 0; i-- {
 		np := b.AddEncoded(f.ids[i], encoded[i], f.ps[i].PlainLen)
-		moves = append(moves, Move{Ino: f.ids[i].Ino, Extent: f.ids[i].Extent, Old: f.ps[i], New: np})
+		moves = append(moves, segment.Move{Ino: f.ids[i].Ino, Extent: f.ids[i].Extent, Old: f.ps[i], New: np})
 	}
 	obj := b.Finish()
 	r.Relocated(obj, moves)
 	r.disk.sync()
-	newPtr := func(i int) Pointer { return moves[len(moves)-1-i].New }
+	newPtr := func(i int) segment.Pointer { return moves[len(moves)-1-i].New }
 
 	// The output is not in the store: a cached frame must not need it.
 	f.cs.reset()
@@ -392,7 +393,7 @@ func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
 	}
 }
 
-func sumLength(ps []Pointer) int64 {
+func sumLength(ps []segment.Pointer) int64 {
 	var n int64
 	for _, p := range ps {
 		n += int64(p.Length)
@@ -431,9 +432,9 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 	}
 	for i := range 3 {
 		seg := uint64(0x0000000500000000 + i)
-		ps := make([]Pointer, frames)
+		ps := make([]segment.Pointer, frames)
 		for j := range ps {
-			ps[j] = Pointer{Segment: seg, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
+			ps[j] = segment.Pointer{Segment: seg, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
 		}
 		r.Admit(make([]byte, objSize), ps, func() { released[i].Add(1) })
 	}
@@ -447,7 +448,7 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 
 	// A 100 MiB repack output with two cached frames: copied, 8 KiB held.
 	before := held()
-	r.Admit(make([]byte, 100<<20), []Pointer{
+	r.Admit(make([]byte, 100<<20), []segment.Pointer{
 		{Segment: 0x0000000600000000, Offset: 1 << 20, Length: 4096, PlainLen: 4055},
 		{Segment: 0x0000000600000000, Offset: 90 << 20, Length: 4096, PlainLen: 4055},
 	}, func() { released[3].Add(1) })
@@ -501,9 +502,9 @@ func TestAdmitCopiesUpToTheQueueBound(t *testing.T) {
 	f := newFixture(t, 1)
 	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
 	const frame, frames = 1 << 20, 70
-	ps := make([]Pointer, frames)
+	ps := make([]segment.Pointer, frames)
 	for j := range ps {
-		ps[j] = Pointer{Segment: 0x0000000800000000, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
+		ps[j] = segment.Pointer{Segment: 0x0000000800000000, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
 	}
 	r.Admit(make([]byte, 100<<20), ps, nil)
 	r.disk.sync()
