@@ -355,7 +355,7 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 				continue
 			}
 			if rd != nil {
-				if _, err := rd.Read(ctx, x.id, x.p); err != nil {
+				if _, err := readFrame(ctx, rd, x.id, x.p); err != nil {
 					r.problem("extent %d/%d: frame in %s does not authenticate: %v", x.id.Ino, x.id.Extent, segment.Key(seg), err)
 					continue
 				}

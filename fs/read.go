@@ -80,7 +80,8 @@ func (e *Engine) storeRead(ctx context.Context, what string, op func() error) er
 func (e *Engine) fetch(ctx context.Context, misses []storeMiss) error {
 	for _, m := range misses {
 		err := e.storeRead(ctx, "read "+segment.Key(m.ptrs[0].Segment), func() error {
-			return e.rd.Fetch(ctx, m.ids, m.ptrs)
+			_, err := e.rd.Read(ctx, &segread.Request{IDs: m.ids, Ptrs: m.ptrs, Want: segread.Fill})
+			return err
 		})
 		if err != nil {
 			return err
@@ -89,13 +90,20 @@ func (e *Engine) fetch(ctx context.Context, misses []storeMiss) error {
 	return nil
 }
 
+// readFrame returns the plaintext of the frame p, sealed for id, shared
+// with rd's memory cache: it must not be modified.
+func readFrame(ctx context.Context, rd *segread.Reader, id segment.FrameID, p segment.Pointer) ([]byte, error) {
+	res, err := rd.Read(ctx, &segread.Request{ID: id, Ptr: p})
+	return res.Frame, err
+}
+
 // readCommitted reads an extent from its segment; nil means a hole.
 func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, error) {
 	p, ok, err := e.visiblePointer(ino, idx)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
+	return readFrame(ctx, e.rd, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
 }
 
 // baseLocked returns the current bytes of extent idx (nil: zeroes) for a
@@ -110,7 +118,7 @@ func (e *Engine) baseLocked(ctx context.Context, n *inode, idx uint64) ([]byte, 
 	if err != nil || !ok {
 		return nil, segment.Pointer{}, err
 	}
-	b, err := e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: idx, Gen: p.Gen}, p)
+	b, err := readFrame(ctx, e.rd, segment.FrameID{Ino: n.ino, Extent: idx, Gen: p.Gen}, p)
 	if err != nil {
 		return nil, segment.Pointer{}, err
 	}
@@ -352,10 +360,10 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if e.rd.ReadAhead(ctx, ptrs) {
+			if res, _ := e.rd.Read(ctx, &segread.Request{Ptrs: ptrs, Want: segread.Ahead}); res.Started {
 				return // sealed bytes, from a local store or the disk cache
 			}
-			if err := e.rd.Fetch(ctx, ids, ptrs); err != nil {
+			if _, err := e.rd.Read(ctx, &segread.Request{IDs: ids, Ptrs: ptrs, Want: segread.Fill}); err != nil {
 				e.log.Debug("read-ahead", "ino", ino, "err", err)
 			}
 		}()
@@ -374,7 +382,7 @@ func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Po
 		return nil
 	}
 	id := segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}
-	err := e.rd.ReadPartTo(ctx, id, ptr, int(from), int(to), dst)
+	_, err := e.rd.Read(ctx, &segread.Request{ID: id, Ptr: ptr, From: int(from), To: int(to), Buf: dst})
 	if misses != nil && missed(ctx, err) {
 		*misses = append(*misses, storeMiss{[]segment.FrameID{id}, []segment.Pointer{ptr}})
 		return nil
@@ -466,14 +474,8 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		}
 		// With vec, what the memory cache holds (fetched ahead behind a
 		// remote store) is lent to the reply rather than copied.
-		var lent [][]byte
-		var loan *segread.Loan
-		var err error
-		if vec != nil {
-			lent, loan, err = e.rd.ReadRunToLent(ctx, runIDs, runPtrs, dsts)
-		} else {
-			err = e.rd.ReadRunTo(ctx, runIDs, runPtrs, dsts)
-		}
+		res, err := e.rd.Read(ctx, &segread.Request{IDs: runIDs, Ptrs: runPtrs, Bufs: dsts, Lend: vec != nil})
+		lent, loan := res.Frames, res.Loan
 		if misses != nil && missed(ctx, err) {
 			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
 			return nil
@@ -515,7 +517,8 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		}
 		// The plaintexts are lent until copied into p: their buffers then
 		// serve other runs.
-		datas, loan, err := e.rd.ReadRunLent(ctx, runIDs, runPtrs)
+		res, err := e.rd.Read(ctx, &segread.Request{IDs: runIDs, Ptrs: runPtrs, Lend: true})
+		datas, loan := res.Frames, res.Loan
 		if misses != nil && missed(ctx, err) {
 			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
 			return nil

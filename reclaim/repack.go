@@ -336,7 +336,8 @@ func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun, live *Repack
 				ids[k] = lf.e.ID()
 				ps[k] = lf.e.Pointer(run.src)
 			}
-			bufs, err := r.rd.ReadEncodedVerified(ctx, ids, ps)
+			res, err := r.rd.Read(ctx, &segread.Request{IDs: ids, Ptrs: ps, Want: segread.Verified})
+			bufs := res.Frames
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {

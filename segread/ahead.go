@@ -10,9 +10,9 @@ import (
 )
 
 // Sealed read-ahead. A sequential reader of a local store has its frames
-// decrypted straight into its buffer (ReadRunTo), and their sealed bytes
+// decrypted straight into its buffer (readRunTo), and their sealed bytes
 // are read past the page cache (objstore.ReadSpan), so the kernel no
-// longer reads ahead of it. ReadAhead does: it reads a run's sealed span
+// longer reads ahead of it. readAhead does: it reads a run's sealed span
 // into a buffer (a pooled one, for runs of up to about 2 MiB) that the
 // next reads of frames inside the span decrypt from, waiting for it if it
 // is still being read. Only sealed bytes wait here, each decrypted once,
@@ -68,15 +68,15 @@ type aheadTable struct {
 	spans []*aheadSpan
 }
 
-// ReadAhead reads the sealed bytes of the run ps (frames adjacent in one
+// readAhead reads the sealed bytes of the run ps (frames adjacent in one
 // segment, in offset order) for the reads to come, but not the frames
 // that spans held already cover. It returns when they are read; errors
 // are left to the readers, which then read the frames themselves. A
 // reader with a disk cache reads ahead here only a run that the cache
 // holds whole, from the cache (or its queue), and reports whether it
-// did: any other is for Fetch, which fetches it from the store into both
-// caches.
-func (r *Reader) ReadAhead(ctx context.Context, ps []segment.Pointer) bool {
+// did: any other is for a Fill request, which fetches it from the store
+// into both caches.
+func (r *Reader) readAhead(ctx context.Context, ps []segment.Pointer) bool {
 	if len(ps) == 0 || r.checkRun(ps) != nil {
 		return false
 	}
@@ -133,7 +133,7 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []segment.Pointer) bool {
 	t.freeLocked(sp, &r.bufs)
 	t.mu.Unlock()
 	// A run the disk cache could not give whole after all (evicted, or
-	// its file unreadable) is for Fetch.
+	// its file unreadable) is for a Fill request.
 	return r.disk == nil || data != nil
 }
 
@@ -272,7 +272,7 @@ func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 // done gives back what the frames lie in; call it once they are opened.
 //
 // A reader with a disk cache reads the store here, never a span: its
-// spans hold what the disk cache held (ReadAhead), which is what a
+// spans hold what the disk cache held (readAhead), which is what a
 // caller reading the store wants to get past (an entry found damaged),
 // and the frames it returns are the disk cache's to keep (putOwned),
 // where a span's buffer goes back to its pool.

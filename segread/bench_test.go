@@ -66,7 +66,7 @@ func BenchmarkSegmentRead(b *testing.B) {
 				b.Fatal(err)
 			}
 			for i := 0; i < len(ps); i += 32 {
-				if _, err := r.ReadRun(ctx, ids[i:i+32], ps[i:i+32]); err != nil {
+				if _, err := runOf(r, ctx, ids[i:i+32], ps[i:i+32]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -77,7 +77,7 @@ func BenchmarkSegmentRead(b *testing.B) {
 		b.SetBytes(benchSegmentBytes)
 		for b.Loop() {
 			for i := range ps {
-				if _, err := r.Read(ctx, ids[i], ps[i]); err != nil {
+				if _, err := readOf(r, ctx, ids[i], ps[i]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -89,12 +89,12 @@ func BenchmarkSegmentRead(b *testing.B) {
 			b.Fatal(err)
 		}
 		for i := range ps {
-			r.Read(ctx, ids[i], ps[i])
+			readOf(r, ctx, ids[i], ps[i])
 		}
 		b.SetBytes(benchSegmentBytes)
 		for b.Loop() {
 			for i := range ps {
-				if _, err := r.Read(ctx, ids[i], ps[i]); err != nil {
+				if _, err := readOf(r, ctx, ids[i], ps[i]); err != nil {
 					b.Fatal(err)
 				}
 			}

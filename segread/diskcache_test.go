@@ -237,7 +237,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	f := newFixture(t, 8)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil {
+	if _, err := runOf(r, ctx, f.ids, f.ps); err != nil {
 		t.Fatal(err)
 	}
 	r.disk.sync()
@@ -266,7 +266,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	r.mu.Unlock()
 	f.cs.reset()
 	before := r.Stats()
-	out, err := r.ReadRun(ctx, f.ids, f.ps)
+	out, err := runOf(r, ctx, f.ids, f.ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +292,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	// In memory now: no read of the disk or the store.
 	reads = nil
 	f.cs.reset()
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil || len(reads) != 0 || f.cs.total() != 0 {
+	if _, err := runOf(r, ctx, f.ids, f.ps); err != nil || len(reads) != 0 || f.cs.total() != 0 {
 		t.Fatalf("warm run: %v, %d disk reads, %d requests", err, len(reads), f.cs.total())
 	}
 }
@@ -304,7 +304,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 func TestRelocatedStaysCached(t *testing.T) {
 	f, r := bothCaches(t, 8, 4) // 4-7 never read
 	ctx := context.Background()
-	encoded, err := r.ReadEncoded(ctx, f.ps)
+	encoded, err := sealedOf(r, ctx, f.ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestRelocatedStaysCached(t *testing.T) {
 	// The output is not in the store: a cached frame must not need it.
 	f.cs.reset()
 	for i := range 4 {
-		got, err := r.Read(ctx, f.ids[i], newPtr(i))
+		got, err := readOf(r, ctx, f.ids[i], newPtr(i))
 		if err != nil || !bytes.Equal(got, f.plains[i]) {
 			t.Fatalf("frame %d at its new place: %v", i, err)
 		}
@@ -339,7 +339,7 @@ func TestRelocatedStaysCached(t *testing.T) {
 	r.mu.Unlock()
 	before := r.Stats()
 	for i := range 4 {
-		got, err := r.Read(ctx, f.ids[i], newPtr(i))
+		got, err := readOf(r, ctx, f.ids[i], newPtr(i))
 		if err != nil || !bytes.Equal(got, f.plains[i]) {
 			t.Fatalf("frame %d from the disk cache at its new place: %v", i, err)
 		}
@@ -348,7 +348,7 @@ func TestRelocatedStaysCached(t *testing.T) {
 		t.Fatalf("%d disk hits and %d requests, want 4 and 0", hits, f.cs.total())
 	}
 	// Frames that were not cached are not admitted at their new place.
-	if _, err := r.Read(ctx, f.ids[6], newPtr(6)); err == nil {
+	if _, err := readOf(r, ctx, f.ids[6], newPtr(6)); err == nil {
 		t.Fatal("a frame that was not cached was read from its new place without the store")
 	}
 }
@@ -582,7 +582,7 @@ func TestDiskCacheRunSkipsPageCache(t *testing.T) {
 	forget()
 	f.readAll(t, r, 5)
 	p := f.ps[9]
-	part, err := r.ReadPart(context.Background(), f.ids[9], p, 100, int(p.PlainLen)-100)
+	part, err := partOf(r, context.Background(), f.ids[9], p, 100, int(p.PlainLen)-100)
 	if err != nil || !bytes.Equal(part, f.plains[9][100:int(p.PlainLen)-100]) {
 		t.Fatalf("a part of frame 9: %v, or wrong bytes", err)
 	}
@@ -642,7 +642,7 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, 32)
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
-	if _, err := r.ReadRun(ctx, f.ids[:24], f.ps[:24]); err != nil {
+	if _, err := runOf(r, ctx, f.ids[:24], f.ps[:24]); err != nil {
 		t.Fatal(err)
 	}
 	r.disk.sync()
@@ -661,10 +661,10 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 		}
 	}
 	fl.Close()
-	if r.ReadAhead(ctx, f.ps[20:28]) {
+	if aheadOf(r, ctx, f.ps[20:28]) {
 		t.Fatal("ReadAhead took a run the disk cache holds only part of")
 	}
-	if !r.ReadAhead(ctx, f.ps[8:16]) {
+	if !aheadOf(r, ctx, f.ps[8:16]) {
 		t.Fatal("ReadAhead refused a run the disk cache holds whole")
 	}
 	f.cs.reset()
@@ -678,7 +678,7 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 	// read again from the store.
 	for _, part := range [][2]int{{0, 12}, {12, len(f.ps)}} {
 		a, b := part[0], part[1]
-		if err := r.ReadRunTo(ctx, f.ids[a:b], f.ps[a:b], dst[a:b]); err != nil {
+		if err := runTo(r, ctx, f.ids[a:b], f.ps[a:b], dst[a:b]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -716,7 +716,7 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 	r.mu.mem = newMemCache(1 << 20)
 	r.mu.Unlock()
 	f.cs.reset()
-	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+	if err := runTo(r, ctx, f.ids, f.ps, dst); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.cs.total(); n != 0 {
@@ -749,7 +749,7 @@ func TestQueuedFramesRead(t *testing.T) {
 		}
 	}
 	for _, i := range []int{0, 3, 5, 7} {
-		got, err := r.Read(ctx, f.ids[i], f.ps[i])
+		got, err := readOf(r, ctx, f.ids[i], f.ps[i])
 		check("Read", i, got, err)
 	}
 	stream := func(from, to int) {
@@ -758,13 +758,13 @@ func TestQueuedFramesRead(t *testing.T) {
 		for j := range dst {
 			dst[j] = make([]byte, f.ps[from+j].PlainLen)
 		}
-		err := r.ReadRunTo(ctx, f.ids[from:to], f.ps[from:to], dst)
+		err := runTo(r, ctx, f.ids[from:to], f.ps[from:to], dst)
 		for j := range dst {
 			check("ReadRunTo", from+j, dst[j], err)
 		}
 	}
 	stream(0, 6)
-	part, err := r.ReadPart(ctx, f.ids[2], f.ps[2], 100, 5000)
+	part, err := partOf(r, ctx, f.ids[2], f.ps[2], 100, 5000)
 	if err != nil || !bytes.Equal(part, f.plains[2][100:5000]) {
 		t.Fatalf("ReadPart of a queued frame: %v", err)
 	}
@@ -814,7 +814,7 @@ func TestQueuedFramesRead(t *testing.T) {
 	c.mu.Lock()
 	c.pendLocked(again)
 	c.mu.Unlock()
-	if !r.ReadAhead(ctx, f.ps) {
+	if !aheadOf(r, ctx, f.ps) {
 		t.Fatal("ReadAhead left a run of written and queued frames to Fetch")
 	}
 	r.ahead.mu.Lock()
@@ -875,7 +875,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 		}
 	}
 	evict.Store(true)
-	got, err := r.Read(ctx, f.ids[0], f.ps[0])
+	got, err := readOf(r, ctx, f.ids[0], f.ps[0])
 	check("Read", 0, got, err)
 	f.readAll(t, r, 0, 1) // cached again from the store
 	evict.Store(true)
@@ -883,7 +883,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 	for i := range dst {
 		dst[i] = make([]byte, f.ps[i].PlainLen)
 	}
-	err = r.ReadRunTo(ctx, f.ids, f.ps, dst)
+	err = runTo(r, ctx, f.ids, f.ps, dst)
 	for i := range dst {
 		check("ReadRunTo", i, dst[i], err)
 	}
@@ -908,7 +908,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	file.Close()
-	got, err = r.Read(ctx, f.ids[2], f.ps[2])
+	got, err = readOf(r, ctx, f.ids[2], f.ps[2])
 	check("Read of a damaged entry", 2, got, err)
 	if n := r.Stats().DiskCorrupt; n != 1 {
 		t.Fatalf("%d damaged entries counted, want 1", n)
@@ -934,7 +934,7 @@ func TestReadRunToLent(t *testing.T) {
 	}
 	dst := bufs()
 	f.cs.reset()
-	lent, loan, err := r.ReadRunToLent(ctx, f.ids, f.ps, dst)
+	lent, loan, err := runToLent(r, ctx, f.ids, f.ps, dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -955,7 +955,7 @@ func TestReadRunToLent(t *testing.T) {
 		t.Fatalf("%d store requests, want 1 (frames 4-5)", n)
 	}
 	dst = bufs()
-	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+	if err := runTo(r, ctx, f.ids, f.ps, dst); err != nil {
 		t.Fatal(err)
 	}
 	for i := range dst {
@@ -971,7 +971,7 @@ func bothCaches(t *testing.T, n, k int) (*fixture, *Reader) {
 	t.Helper()
 	f := newFixture(t, n)
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
-	if _, err := r.ReadRun(context.Background(), f.ids[:k], f.ps[:k]); err != nil {
+	if _, err := runOf(r, context.Background(), f.ids[:k], f.ps[:k]); err != nil {
 		t.Fatal(err)
 	}
 	r.disk.sync()

@@ -154,3 +154,60 @@ func (c *memCache) get(seg uint64, off uint32, id segment.FrameID) ([]byte, bool
 	}
 	return e.data, true
 }
+
+// The reads the tests make, each one Request.
+
+func readOf(r *Reader, ctx context.Context, id segment.FrameID, p segment.Pointer) ([]byte, error) {
+	res, err := r.Read(ctx, &Request{ID: id, Ptr: p})
+	return res.Frame, err
+}
+
+func partOf(r *Reader, ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int) ([]byte, error) {
+	res, err := r.Read(ctx, &Request{ID: id, Ptr: p, From: from, To: to})
+	return res.Frame, err
+}
+
+func partTo(r *Reader, ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int, dst []byte) error {
+	_, err := r.Read(ctx, &Request{ID: id, Ptr: p, From: from, To: to, Buf: dst})
+	return err
+}
+
+func runOf(r *Reader, ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, error) {
+	res, err := r.Read(ctx, &Request{IDs: ids, Ptrs: ps})
+	return res.Frames, err
+}
+
+func runLent(r *Reader, ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, *Loan, error) {
+	res, err := r.Read(ctx, &Request{IDs: ids, Ptrs: ps, Lend: true})
+	return res.Frames, res.Loan, err
+}
+
+func fill(r *Reader, ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) error {
+	_, err := r.Read(ctx, &Request{IDs: ids, Ptrs: ps, Want: Fill})
+	return err
+}
+
+func runTo(r *Reader, ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte) error {
+	_, err := r.Read(ctx, &Request{IDs: ids, Ptrs: ps, Bufs: dst})
+	return err
+}
+
+func runToLent(r *Reader, ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte) ([][]byte, *Loan, error) {
+	res, err := r.Read(ctx, &Request{IDs: ids, Ptrs: ps, Bufs: dst, Lend: true})
+	return res.Frames, res.Loan, err
+}
+
+func sealedOf(r *Reader, ctx context.Context, ps []segment.Pointer) ([][]byte, error) {
+	res, err := r.Read(ctx, &Request{Ptrs: ps, Want: Sealed})
+	return res.Frames, err
+}
+
+func verifiedOf(r *Reader, ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, error) {
+	res, err := r.Read(ctx, &Request{IDs: ids, Ptrs: ps, Want: Verified})
+	return res.Frames, err
+}
+
+func aheadOf(r *Reader, ctx context.Context, ps []segment.Pointer) bool {
+	res, _ := r.Read(ctx, &Request{Ptrs: ps, Want: Ahead})
+	return res.Started
+}

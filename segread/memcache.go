@@ -33,7 +33,7 @@ type memRun struct {
 	// runBufs) gives it back for reuse once it has left the cache and no
 	// caller can still read it: refs counts loans not yet released
 	// (ReadRunLent), and escaped is set when a frame of the run was
-	// handed out with no release (Read, ReadRun, ReadPart), after which
+	// handed out with no release (readFrame, readRun, readPart), after which
 	// the buffer is left to the garbage collector. The Reader's lock
 	// guards these fields.
 	buf     []byte

@@ -39,7 +39,7 @@ func TestReadPartToEveryRange(t *testing.T) {
 					}
 					buf := bytes.Repeat([]byte{0xa5}, to-from+2)
 					dst := buf[1 : len(buf)-1]
-					if err := r.ReadPartTo(ctx, f.ids[i], f.ps[i], from, to, dst); err != nil {
+					if err := partTo(r, ctx, f.ids[i], f.ps[i], from, to, dst); err != nil {
 						t.Fatalf("%s frame %d [%d,%d): %v", name, i, from, to, err)
 					}
 					if !bytes.Equal(dst, f.plains[i][from:to]) || buf[0] != 0xa5 || buf[len(buf)-1] != 0xa5 {
@@ -47,17 +47,17 @@ func TestReadPartToEveryRange(t *testing.T) {
 					}
 					// ReadPart's result must stay intact across later reads
 					// that reuse the pooled buffer.
-					got, err := r.ReadPart(ctx, f.ids[i], f.ps[i], from, to)
+					got, err := partOf(r, ctx, f.ids[i], f.ps[i], from, to)
 					if err != nil {
 						t.Fatal(err)
 					}
 					keep := bytes.Clone(got)
 					for k := 0; k < 3; k++ {
-						if _, err := r.ReadPart(ctx, f.ids[i], f.ps[i], 0, min(n, 3*segment.PieceSize-5)); err != nil {
+						if _, err := partOf(r, ctx, f.ids[i], f.ps[i], 0, min(n, 3*segment.PieceSize-5)); err != nil {
 							t.Fatal(err)
 						}
 						d2 := make([]byte, segment.PieceSize)
-						if err := r.ReadPartTo(ctx, f.ids[i], f.ps[i], segment.PieceSize, 2*segment.PieceSize, d2); err != nil {
+						if err := partTo(r, ctx, f.ids[i], f.ps[i], segment.PieceSize, 2*segment.PieceSize, d2); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -111,7 +111,7 @@ func TestReadPartToDamagedDiskPiece(t *testing.T) {
 		}
 		rd = f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
 		dst := bytes.Repeat([]byte{0xa5}, rg[1]-rg[0])
-		if err := rd.ReadPartTo(ctx, f.ids[i], p, rg[0], rg[1], dst); err != nil {
+		if err := partTo(rd, ctx, f.ids[i], p, rg[0], rg[1], dst); err != nil {
 			t.Fatalf("[%d,%d): %v", rg[0], rg[1], err)
 		}
 		if !bytes.Equal(dst, plain[rg[0]:rg[1]]) {

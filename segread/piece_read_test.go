@@ -39,7 +39,7 @@ func TestReadPartTo(t *testing.T) {
 		t.Helper()
 		buf := bytes.Repeat([]byte{0xa5}, rg[1]-rg[0]+2)
 		dst := buf[1 : len(buf)-1]
-		if err := r.ReadPartTo(ctx, id, p, rg[0], rg[1], dst); err != nil {
+		if err := partTo(r, ctx, id, p, rg[0], rg[1], dst); err != nil {
 			t.Fatalf("%s: ReadPartTo [%d,%d): %v", name, rg[0], rg[1], err)
 		}
 		if !bytes.Equal(dst, plain[rg[0]:rg[1]]) || buf[0] != 0xa5 || buf[len(buf)-1] != 0xa5 {
@@ -50,7 +50,7 @@ func TestReadPartTo(t *testing.T) {
 	for _, rg := range ranges {
 		check("store", r, f.ids[i], p, plain, rg)
 	}
-	if err := r.ReadPartTo(ctx, f.ids[i], p, 0, 10, make([]byte, 11)); err == nil {
+	if err := partTo(r, ctx, f.ids[i], p, 0, 10, make([]byte, 11)); err == nil {
 		t.Fatal("ReadPartTo with a buffer of the wrong size succeeded")
 	}
 	check("whole frame", r, f.ids[0], f.ps[0], f.plains[0], [2]int{100, 200})
@@ -65,7 +65,7 @@ func TestReadPartTo(t *testing.T) {
 	// A piece that fails authentication leaves an error, not bytes.
 	bad := f.ids[i]
 	bad.Gen++
-	if err := f.reader(t, ReaderOptions{MemoryBytes: -1}).ReadPartTo(ctx, bad, p, 0, segment.PieceSize, make([]byte, segment.PieceSize)); !errors.Is(err, segment.ErrCorrupt) {
+	if err := partTo(f.reader(t, ReaderOptions{MemoryBytes: -1}), ctx, bad, p, 0, segment.PieceSize, make([]byte, segment.PieceSize)); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("ReadPartTo for another id: %v, want ErrCorrupt", err)
 	}
 
@@ -93,7 +93,7 @@ func TestReadPartReadsOnlyItsPieces(t *testing.T) {
 	p, plain := f.ps[i], f.plains[i]
 	from, to := 5000, 9000 // pieces 1 and 2
 	r := f.reader(t, ReaderOptions{})
-	got, err := r.ReadPart(ctx, f.ids[i], p, from, to)
+	got, err := partOf(r, ctx, f.ids[i], p, from, to)
 	if err != nil || !bytes.Equal(got, plain[from:to]) {
 		t.Fatalf("ReadPart: %v", err)
 	}
@@ -101,17 +101,17 @@ func TestReadPartReadsOnlyItsPieces(t *testing.T) {
 		t.Fatalf("%d GETs, first %v: want one of pieces 1-2", g, f.ranges0())
 	}
 	// Not cached: the next part is read again; after a whole read, none.
-	if _, err := r.ReadPart(ctx, f.ids[i], p, 0, 10); err != nil || f.cs.count("getrange") != 2 {
+	if _, err := partOf(r, ctx, f.ids[i], p, 0, 10); err != nil || f.cs.count("getrange") != 2 {
 		t.Fatalf("second ReadPart: %v, %d GETs", err, f.cs.count("getrange"))
 	}
 	f.readAll(t, r, i)
 	f.cs.reset()
-	if got, err := r.ReadPart(ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) || f.cs.total() != 0 {
+	if got, err := partOf(r, ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) || f.cs.total() != 0 {
 		t.Fatalf("ReadPart of a cached frame: %v, %d requests", err, f.cs.total())
 	}
 	// A whole frame (not pieced) is read whole.
 	f.cs.reset()
-	if got, err := r.ReadPart(ctx, f.ids[0], f.ps[0], 100, 200); err != nil || !bytes.Equal(got, f.plains[0][100:200]) {
+	if got, err := partOf(r, ctx, f.ids[0], f.ps[0], 100, 200); err != nil || !bytes.Equal(got, f.plains[0][100:200]) {
 		t.Fatalf("ReadPart of a whole frame: %v", err)
 	}
 	if f.ranges0()[1] != int64(f.ps[0].Length) {
@@ -119,7 +119,7 @@ func TestReadPartReadsOnlyItsPieces(t *testing.T) {
 	}
 	// Wrong ranges are refused.
 	for _, rg := range [][2]int{{-1, 5}, {5, 5}, {0, int(p.PlainLen) + 1}} {
-		if _, err := r.ReadPart(ctx, f.ids[i], p, rg[0], rg[1]); err == nil {
+		if _, err := partOf(r, ctx, f.ids[i], p, rg[0], rg[1]); err == nil {
 			t.Fatalf("ReadPart [%d,%d) succeeded", rg[0], rg[1])
 		}
 	}
@@ -128,7 +128,7 @@ func TestReadPartReadsOnlyItsPieces(t *testing.T) {
 	dir := t.TempDir()
 	f.cs.reset()
 	rd := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
-	if got, err := rd.ReadPart(ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) {
+	if got, err := partOf(rd, ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) {
 		t.Fatalf("ReadPart behind a disk cache: %v", err)
 	}
 	if f.ranges0()[1] != int64(p.Length) {
@@ -140,7 +140,7 @@ func TestReadPartReadsOnlyItsPieces(t *testing.T) {
 	f.cs.reset()
 	rd = f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
 	for _, rg := range [][2]int{{from, to}, {0, 1}, {int(p.PlainLen) - 3, int(p.PlainLen)}} {
-		if got, err := rd.ReadPart(ctx, f.ids[i], p, rg[0], rg[1]); err != nil || !bytes.Equal(got, plain[rg[0]:rg[1]]) {
+		if got, err := partOf(rd, ctx, f.ids[i], p, rg[0], rg[1]); err != nil || !bytes.Equal(got, plain[rg[0]:rg[1]]) {
 			t.Fatalf("ReadPart [%d,%d) from the disk cache: %v", rg[0], rg[1], err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestReadPartReadsOnlyItsPieces(t *testing.T) {
 		t.Fatal(err)
 	}
 	rd = f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
-	if got, err := rd.ReadPart(ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) {
+	if got, err := partOf(rd, ctx, f.ids[i], p, from, to); err != nil || !bytes.Equal(got, plain[from:to]) {
 		t.Fatalf("ReadPart over a damaged disk-cache piece: %v", err)
 	}
 	if st := rd.Stats(); st.DiskCorrupt != 1 || f.cs.count("getrange") != 1 || st.Corrupt != 0 {
@@ -180,13 +180,43 @@ func TestReadPartStoreCorruption(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := f.reader(t, ReaderOptions{})
-	if _, err := r.ReadPart(context.Background(), f.ids[1], p, 0, 100); !errors.Is(err, segment.ErrCorrupt) {
+	if _, err := partOf(r, context.Background(), f.ids[1], p, 0, 100); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("damaged piece 0: %v, want ErrCorrupt", err)
 	}
-	if got, err := r.ReadPart(context.Background(), f.ids[1], p, segment.PieceSize, segment.PieceSize+100); err != nil || !bytes.Equal(got, f.plains[1][segment.PieceSize:segment.PieceSize+100]) {
+	if got, err := partOf(r, context.Background(), f.ids[1], p, segment.PieceSize, segment.PieceSize+100); err != nil || !bytes.Equal(got, f.plains[1][segment.PieceSize:segment.PieceSize+100]) {
 		t.Fatalf("undamaged piece 1: %v", err)
 	}
 	if r.Stats().Corrupt != 1 {
 		t.Fatalf("stats %+v", r.Stats())
+	}
+}
+
+// A range of a pieced frame read into the request's buffer from the disk
+// cache, the path of a cold random read behind it, costs no allocation
+// for being a Request: the Request stays on the caller's stack and the
+// pieces open straight into Buf, as a call of readPart does.
+func TestRequestAddsNoAllocation(t *testing.T) {
+	ctx := context.Background()
+	f, i := piecedFixture(t)
+	p := f.ps[i]
+	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir()})
+	f.readAll(t, r, i) // into the disk cache
+	buf := make([]byte, segment.PieceSize)
+	read := func() {
+		if _, err := r.Read(ctx, &Request{ID: f.ids[i], Ptr: p, From: segment.PieceSize, To: 2 * segment.PieceSize, Buf: buf}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	if !bytes.Equal(buf, f.plains[i][segment.PieceSize:2*segment.PieceSize]) {
+		t.Fatal("wrong bytes")
+	}
+	direct := testing.AllocsPerRun(50, func() {
+		if _, err := r.readPart(ctx, f.ids[i], p, segment.PieceSize, 2*segment.PieceSize, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n := testing.AllocsPerRun(50, read); n > direct {
+		t.Fatalf("%v allocations per Request, %v per readPart", n, direct)
 	}
 }

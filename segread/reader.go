@@ -18,8 +18,8 @@ import (
 const (
 	DefaultMemoryBytes = 64 << 20
 	DefaultDiskBytes   = 1 << 30
-	// MaxRunGap is the largest gap between two wanted frames that ReadRun
-	// and ReadEncoded read through rather than split into two GETs.
+	// MaxRunGap is the largest gap between two wanted frames that readRun
+	// and readSealedRun read through rather than split into two GETs.
 	MaxRunGap = 64 << 10
 )
 
@@ -385,12 +385,10 @@ func (r *Reader) accept(id segment.FrameID, p segment.Pointer, frame []byte) ([]
 	return out, nil
 }
 
-// Read returns the plaintext of the frame p points at, sealed for id.
-// len(result) == p.PlainLen. The slice may be shared with the memory cache
-// and other readers: it must not be modified. Corruption is an
-// error wrapping ErrCorrupt that names the object; a missing object wraps
-// objstore.ErrNotFound.
-func (r *Reader) Read(ctx context.Context, id segment.FrameID, p segment.Pointer) ([]byte, error) {
+// readFrame returns the plaintext of the frame p points at, sealed for
+// id. len(result) == p.PlainLen. The slice may be shared with the memory
+// cache and other readers: it must not be modified.
+func (r *Reader) readFrame(ctx context.Context, id segment.FrameID, p segment.Pointer) ([]byte, error) {
 	if err := r.checkPointer(p); err != nil {
 		return nil, err
 	}
@@ -404,36 +402,23 @@ func (r *Reader) Read(ctx context.Context, id segment.FrameID, p segment.Pointer
 	return r.accept(id, p, frame)
 }
 
-// ReadPart returns plaintext bytes [from, to) of the frame p points at
-// (0 <= from < to <= p.PlainLen), as Read would but reading less: a
+// readPart returns plaintext bytes [from, to) of the frame p points at
+// (0 <= from < to <= p.PlainLen), as readFrame would but reading less: a
 // pieced frame that the memory cache does not hold is read piece-wise,
 // only the pieces holding [from, to), from the disk cache when it holds
 // the frame, or from the store when there is no disk cache (a local
 // store, whose reads cost no request, or a cache turned off). Those
 // pieces are not cached; a
 // frame to fetch from a store behind a disk cache is read whole and cached
-// as by Read, since that GET costs the same and its neighbours are likely
-// next. The result must not be modified.
-func (r *Reader) ReadPart(ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int) ([]byte, error) {
-	return r.readPart(ctx, id, p, from, to, nil)
-}
-
-// ReadPartTo is ReadPart writing the bytes into dst (to-from bytes)
-// instead of returning them. Pieces whose plaintext is exactly
-// [from, to) are decrypted straight into dst: a cold 4 KiB random read
-// then allocates nothing, where a plaintext buffer of its own per read
-// was most of what such reads allocated (76 of 95 MB over 20,000 reads),
-// and the heap growing under them cost a page fault every read or so.
-func (r *Reader) ReadPartTo(ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int, dst []byte) error {
-	if len(dst) != to-from {
-		return fmt.Errorf("segment %s: a buffer of %d bytes for [%d,%d)", segment.Key(p.Segment), len(dst), from, to)
-	}
-	_, err := r.readPart(ctx, id, p, from, to, dst)
-	return err
-}
-
-// readPart is ReadPart, and with dst ReadPartTo; it returns the bytes
-// (dst, with dst).
+// as by readFrame, since that GET costs the same and its neighbours are
+// likely next. The result must not be modified.
+//
+// With dst (to-from bytes), the bytes are written there and dst is
+// returned. Pieces whose plaintext is exactly [from, to) are decrypted
+// straight into dst: a cold 4 KiB random read then allocates nothing,
+// where a plaintext buffer of its own per read was most of what such
+// reads allocated (76 of 95 MB over 20,000 reads), and the heap growing
+// under them cost a page fault every read or so.
 func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Pointer, from, to int, dst []byte) ([]byte, error) {
 	if err := r.checkPointer(p); err != nil {
 		return nil, err
@@ -450,7 +435,7 @@ func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Poi
 		return dst
 	}
 	whole := func() ([]byte, error) {
-		b, err := r.Read(ctx, id, p)
+		b, err := r.readFrame(ctx, id, p)
 		if err != nil {
 			return nil, err
 		}
@@ -554,7 +539,7 @@ func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Poi
 // past the page cache needs (objstore.SpanSlack).
 const pieceBufLen = 16<<10 + objstore.SpanSlack
 
-// pieceBufs are the buffers of ReadPart's sealed pieces, kept for the
+// pieceBufs are the buffers of readPart's sealed pieces, kept for the
 // next read once the pieces are opened out of them: a buffer of each
 // read's own, aligned for O_DIRECT, was 5 us of a cold 4 KiB random
 // read's CPU in allocation.
@@ -675,7 +660,7 @@ func frameSlices(ps []segment.Pointer, g []int, start uint64, data []byte) [][]b
 }
 
 // openTo authenticates and decrypts frame, sealed for id, into d (its
-// PlainLen bytes), as ReadRunTo does.
+// PlainLen bytes), as readRunTo does.
 func (r *Reader) openTo(o *keys.Opener, id segment.FrameID, frame, d []byte) error {
 	out, err := segment.DecodeFrameWith(d[:0:len(d)], r.k, o, id, frame, len(d))
 	if err == nil && len(out) > 0 && &out[0] != &d[0] {
@@ -829,16 +814,14 @@ func (r *Reader) acceptRun(ids []segment.FrameID, ps []segment.Pointer, g []int,
 	return plains, nil
 }
 
-// ReadRun reads several frames of one segment, given in offset order.
+// runPlain reads several frames of one segment, given in offset order.
 // Frames found in a cache are served from it; the rest are fetched with one
 // coalesced ranged GET (gaps up to MaxRunGap are read through; a larger gap
 // starts another GET) and authenticated on every core. Results are in the
-// order of ps and, as with Read, must not be modified.
-func (r *Reader) ReadRun(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, error) {
-	return r.readRun(ctx, ids, ps, nil)
-}
+// order of ps and, as with readFrame, must not be modified. With loan,
+// they are lent (readRunLent).
 
-// Loan is the plaintexts ReadRunLent handed out. They may be read until
+// Loan is the plaintexts a Request with Lend was handed. They may be read until
 // Release, and not after: their memory is then used again.
 type Loan struct {
 	r    *Reader
@@ -860,11 +843,11 @@ func (l *Loan) Release() {
 	l.r, l.runs = nil, nil
 }
 
-// ReadRunLent is ReadRun for a caller that reads the plaintexts only
+// readRunLent is readRun for a caller that reads the plaintexts only
 // until it releases the loan (as the file system copies them into a
 // reply): their buffers can then be used again for other runs, which
 // spares a sequential reader clearing new memory for every run.
-func (r *Reader) ReadRunLent(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, *Loan, error) {
+func (r *Reader) readRunLent(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, *Loan, error) {
 	loan := &Loan{r: r}
 	out, err := r.readRun(ctx, ids, ps, loan)
 	if err != nil {
@@ -874,13 +857,14 @@ func (r *Reader) ReadRunLent(ctx context.Context, ids []segment.FrameID, ps []se
 	return out, loan, nil
 }
 
-// Fetch reads the frames as ReadRun does, into the caches only.
-func (r *Reader) Fetch(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) error {
-	_, loan, err := r.ReadRunLent(ctx, ids, ps)
+// fetch reads the frames as readRun does, into the caches only.
+func (r *Reader) fetch(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) error {
+	_, loan, err := r.readRunLent(ctx, ids, ps)
 	loan.Release()
 	return err
 }
 
+// readRun: see runPlain above.
 func (r *Reader) readRun(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, loan *Loan) ([][]byte, error) {
 	if len(ids) != len(ps) {
 		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
@@ -930,8 +914,8 @@ func (r *Reader) readRun(ctx context.Context, ids []segment.FrameID, ps []segmen
 	return out, nil
 }
 
-// ReadRunTo reads the frames ps (of one segment, in offset order) as
-// ReadRun does, but decrypts each into dst[i] (PlainLen bytes) instead of
+// readRunTo reads the frames ps (of one segment, in offset order) as
+// readRun does, but decrypts each into dst[i] (PlainLen bytes) instead of
 // a run buffer, and caches nothing: frames the memory cache holds are
 // copied from it, the rest are read with one request per run into a
 // pooled buffer and decrypted from there. It is for a sequential reader
@@ -944,27 +928,17 @@ func (r *Reader) readRun(ctx context.Context, ids []segment.FrameID, ps []segmen
 // goroutine alone, so that its plaintext is in that core's cache when the
 // caller sends it on (a FUSE reply: writev); a larger one on every core.
 // With a disk cache, the frames it holds are read from it the same way
-// (readDiskTo); the others are read as ReadRun reads them.
-func (r *Reader) ReadRunTo(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte) error {
-	_, loan, err := r.readRunTo(ctx, ids, ps, dst, false)
-	loan.Release()
-	return err
-}
-
-// ReadRunToLent is ReadRunTo for a caller that can also send plaintexts
+// (readDiskTo); the others are read as readRun reads them.
+//
+// With lend, for a caller that can also send plaintexts
 // the reader lends (a FUSE reply from several slices): a frame the memory
 // cache holds, or, with a disk cache, one that neither cache holds (read
 // from the store into both), is lent as lent[i], readable until loan is
 // released, instead of copied into dst[i]; lent[i] is nil for a frame
 // decrypted into dst[i]. So a stream of what was fetched ahead into the
 // memory cache (behind a remote store, what the disk cache does not hold
-// yet) is sent without a copy.
-func (r *Reader) ReadRunToLent(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte) (lent [][]byte, loan *Loan, err error) {
-	return r.readRunTo(ctx, ids, ps, dst, true)
-}
-
-// readRunTo is ReadRunTo, and with lend ReadRunToLent. The loan it
-// returns (nil on error) holds what the frames were read from.
+// yet) is sent without a copy. The loan it returns (nil on error) holds
+// what the frames were read from.
 func (r *Reader) readRunTo(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, dst [][]byte, lend bool) (lent [][]byte, loan *Loan, err error) {
 	if len(ids) != len(ps) || len(dst) != len(ps) {
 		return nil, nil, fmt.Errorf("segment run: %d ids and %d buffers for %d pointers", len(ids), len(dst), len(ps))
@@ -1030,11 +1004,11 @@ func (r *Reader) readRunTo(ctx context.Context, ids []segment.FrameID, ps []segm
 	return lent, loan, nil
 }
 
-// readDiskTo is ReadRunTo's reading of the frames ps[i], i in want, with
+// readDiskTo is readRunTo's reading of the frames ps[i], i in want, with
 // a disk cache: those it holds are decrypted into dst[i] from it (from
-// spans ReadAhead read out of it, or read here, one request per run),
+// spans readAhead read out of it, or read here, one request per run),
 // caching nothing; the rest, and any it held damaged (dropped from it),
-// are read as ReadRun reads them, from the store into both caches, held
+// are read as readRun reads them, from the store into both caches, held
 // by loan, and copied (or, with lent, lent as lent[i]). So a stream of
 // what the writer uploaded, or of what was read before, costs its reads
 // of the cache's files and one decryption, and does not push out of the
@@ -1102,7 +1076,7 @@ func (r *Reader) readDiskTo(ctx context.Context, ids []segment.FrameID, ps []seg
 	return nil
 }
 
-// decryptAloneMax is the most plaintext ReadRunTo decrypts on the
+// decryptAloneMax is the most plaintext readRunTo decrypts on the
 // calling goroutine alone. A FUSE read (at most 1 MiB) is below it: the
 // kernel keeps a sequential reader's next request in flight, which the
 // other core serves meanwhile, and the reply is copied out of the cache
@@ -1121,7 +1095,7 @@ func dstLen(dst [][]byte, want []int) int {
 }
 
 // readGroupTo reads the frames ps[i], i in g, with one request and
-// decrypts each into dst[i], on up to workers goroutines, for ReadRunTo.
+// decrypts each into dst[i], on up to workers goroutines, for readRunTo.
 func (r *Reader) readGroupTo(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, g []int, dst [][]byte, workers int) error {
 	frames, done, err := r.sealedFrames(ctx, ps, g, true)
 	if err != nil {
@@ -1224,12 +1198,11 @@ func (r *Reader) readDiskRuns(ids []segment.FrameID, ps []segment.Pointer, want 
 	return rest
 }
 
-// ReadEncoded returns the raw (still sealed) frames ps point at, for repack
-// to copy verbatim, with one coalesced ranged GET per run (as ReadRun). The
-// caches are neither consulted nor filled, and the frames are not
-// authenticated: use VerifyFrame (or ReadEncodedVerified) before trusting
-// them.
-func (r *Reader) ReadEncoded(ctx context.Context, ps []segment.Pointer) ([][]byte, error) {
+// readSealedRun returns the raw (still sealed) frames ps point at, for
+// repack to copy verbatim, with one coalesced ranged GET per run (as
+// readRun). The caches are neither consulted nor filled, and the frames
+// are not authenticated.
+func (r *Reader) readSealedRun(ctx context.Context, ps []segment.Pointer) ([][]byte, error) {
 	if err := r.checkRun(ps); err != nil {
 		return nil, err
 	}
@@ -1256,14 +1229,14 @@ func (r *Reader) ReadEncoded(ctx context.Context, ps []segment.Pointer) ([][]byt
 	return out, nil
 }
 
-// ReadEncodedVerified is ReadEncoded that also authenticates every frame
+// readVerifiedRun is readSealedRun that also authenticates every frame
 // for its id (without decompressing), so repack never copies a damaged
 // frame. Failures wrap ErrCorrupt and are logged.
-func (r *Reader) ReadEncodedVerified(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, error) {
+func (r *Reader) readVerifiedRun(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer) ([][]byte, error) {
 	if len(ids) != len(ps) {
 		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
 	}
-	out, err := r.ReadEncoded(ctx, ps)
+	out, err := r.readSealedRun(ctx, ps)
 	if err != nil {
 		return nil, err
 	}

@@ -60,7 +60,7 @@ func (f *fixture) reader(t *testing.T, o ReaderOptions) *Reader {
 func (f *fixture) readAll(t *testing.T, r *Reader, idx ...int) {
 	t.Helper()
 	for _, i := range idx {
-		got, err := r.Read(context.Background(), f.ids[i], f.ps[i])
+		got, err := readOf(r, context.Background(), f.ids[i], f.ps[i])
 		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
 		}
@@ -76,7 +76,7 @@ func (f *fixture) readAll(t *testing.T, r *Reader, idx ...int) {
 // readRunAll reads every frame of f as one run and checks each.
 func (f *fixture) readRunAll(t *testing.T, r *Reader) {
 	t.Helper()
-	out, err := r.ReadRun(context.Background(), f.ids, f.ps)
+	out, err := runOf(r, context.Background(), f.ids, f.ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,8 +168,8 @@ func TestReaderReadAndMemoryCache(t *testing.T) {
 	}
 	// A cached frame is handed out without a copy: the slice is shared
 	// (and read-only by contract).
-	a, _ := r.Read(context.Background(), f.ids[9], f.ps[9])
-	b, _ := r.Read(context.Background(), f.ids[9], f.ps[9])
+	a, _ := readOf(r, context.Background(), f.ids[9], f.ps[9])
+	b, _ := readOf(r, context.Background(), f.ids[9], f.ps[9])
 	if len(a) == 0 || &a[0] != &b[0] {
 		t.Fatal("two reads of a cached frame returned separate copies")
 	}
@@ -181,7 +181,7 @@ func TestReaderCacheRefusesOtherID(t *testing.T) {
 	f.readAll(t, r, 0)
 	other := f.ids[0]
 	other.Gen++
-	if _, err := r.Read(context.Background(), other, f.ps[0]); !errors.Is(err, segment.ErrCorrupt) {
+	if _, err := readOf(r, context.Background(), other, f.ps[0]); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("cached frame served for another id: %v", err)
 	}
 }
@@ -313,7 +313,7 @@ func TestReaderStoreCorruption(t *testing.T) {
 	dir := t.TempDir()
 	r := f.reader(t, ReaderOptions{DiskDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for range 3 {
-		out, err := r.Read(ctx, f.ids[2], f.ps[2])
+		out, err := readOf(r, ctx, f.ids[2], f.ps[2])
 		if !errors.Is(err, segment.ErrCorrupt) || out != nil {
 			t.Fatalf("corrupt frame: %v", err)
 		}
@@ -333,7 +333,7 @@ func TestReaderStoreCorruption(t *testing.T) {
 	}
 	// Its neighbours are fine, alone and in a run.
 	f.readAll(t, r, 1, 3)
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
+	if _, err := runOf(r, ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("run over corrupt frame: %v", err)
 	}
 	// The run's authenticated frames reached the disk cache; the corrupt
@@ -344,17 +344,17 @@ func TestReaderStoreCorruption(t *testing.T) {
 			t.Fatalf("frame %d in the disk cache: %v", i, ok)
 		}
 	}
-	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
+	if _, err := verifiedOf(r, ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("verified encoded read: %v", err)
 	}
 	// Invalid pointer: clean error.
-	if _, err := r.Read(ctx, f.ids[0], segment.Pointer{Segment: f.segID, Length: 3}); !errors.Is(err, segment.ErrCorrupt) {
+	if _, err := readOf(r, ctx, f.ids[0], segment.Pointer{Segment: f.segID, Length: 3}); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("invalid pointer: %v", err)
 	}
 	// Missing object.
 	p := f.ps[0]
 	p.Segment++
-	if _, err := r.Read(ctx, f.ids[0], p); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), segment.Key(p.Segment)) {
+	if _, err := readOf(r, ctx, f.ids[0], p); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), segment.Key(p.Segment)) {
 		t.Fatalf("missing object: %v", err)
 	}
 }
@@ -372,7 +372,7 @@ func TestReadRunCoalesces(t *testing.T) {
 	}
 	// Now everything is cached: no requests.
 	f.cs.reset()
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil || f.cs.total() != 0 {
+	if _, err := runOf(r, ctx, f.ids, f.ps); err != nil || f.cs.total() != 0 {
 		t.Fatalf("warm run: %v, %d requests", err, f.cs.total())
 	}
 
@@ -385,7 +385,7 @@ func TestReadRunCoalesces(t *testing.T) {
 	for _, i := range sel {
 		ids, ps = append(ids, f.ids[i]), append(ps, f.ps[i])
 	}
-	out, err := r2.ReadRun(ctx, ids, ps)
+	out, err := runOf(r2, ctx, ids, ps)
 	if err != nil || f.cs.total() != 1 {
 		t.Fatalf("sparse run: %v, %d requests", err, f.cs.total())
 	}
@@ -396,19 +396,19 @@ func TestReadRunCoalesces(t *testing.T) {
 	}
 	// A gap above MaxRunGap splits the GET.
 	f.cs.reset()
-	if _, err := r2.ReadRun(ctx, []segment.FrameID{f.ids[0], f.ids[9]}, []segment.Pointer{f.ps[0], f.ps[9]}); err != nil || f.cs.total() != 2 {
+	if _, err := runOf(r2, ctx, []segment.FrameID{f.ids[0], f.ids[9]}, []segment.Pointer{f.ps[0], f.ps[9]}); err != nil || f.cs.total() != 2 {
 		t.Fatalf("split run: %v, %d requests", err, f.cs.total())
 	}
 	// Out-of-order and cross-segment runs are refused.
-	if _, err := r2.ReadRun(ctx, []segment.FrameID{f.ids[1], f.ids[0]}, []segment.Pointer{f.ps[1], f.ps[0]}); err == nil {
+	if _, err := runOf(r2, ctx, []segment.FrameID{f.ids[1], f.ids[0]}, []segment.Pointer{f.ps[1], f.ps[0]}); err == nil {
 		t.Fatal("unordered run accepted")
 	}
 	q := f.ps[1]
 	q.Segment++
-	if _, err := r2.ReadRun(ctx, f.ids[:2], []segment.Pointer{f.ps[0], q}); err == nil {
+	if _, err := runOf(r2, ctx, f.ids[:2], []segment.Pointer{f.ps[0], q}); err == nil {
 		t.Fatal("cross-segment run accepted")
 	}
-	if _, err := r2.ReadRun(ctx, f.ids[:1], f.ps[:2]); err == nil {
+	if _, err := runOf(r2, ctx, f.ids[:1], f.ps[:2]); err == nil {
 		t.Fatal("length mismatch accepted")
 	}
 }
@@ -419,7 +419,7 @@ func TestReadEncoded(t *testing.T) {
 	f := newFixture(t, 6)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir()})
-	out, err := r.ReadEncoded(ctx, f.ps)
+	out, err := sealedOf(r, ctx, f.ps)
 	if err != nil || f.cs.total() != 1 {
 		t.Fatalf("%v, %d requests", err, f.cs.total())
 	}
@@ -444,12 +444,12 @@ func TestReadEncoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, e := range ents {
-		got, err := r.Read(ctx, e.ID(), e.Pointer(77))
+		got, err := readOf(r, ctx, e.ID(), e.Pointer(77))
 		if err != nil || !bytes.Equal(got, f.plains[i]) {
 			t.Fatalf("repacked frame %d: %v", i, err)
 		}
 	}
-	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); err != nil {
+	if _, err := verifiedOf(r, ctx, f.ids, f.ps); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -470,7 +470,7 @@ func TestReaderForgetAndClose(t *testing.T) {
 	}
 
 	r.Close()
-	if _, err := r.Read(ctx, f.ids[1], f.ps[1]); err == nil {
+	if _, err := readOf(r, ctx, f.ids[1], f.ps[1]); err == nil {
 		t.Fatal("read after Close succeeded")
 	}
 }
@@ -507,7 +507,7 @@ func TestReaderConcurrent(t *testing.T) {
 			defer wg.Done()
 			for n := range 50 {
 				i := (g + n*3) % len(f.ps)
-				got, err := r.Read(context.Background(), f.ids[i], f.ps[i])
+				got, err := readOf(r, context.Background(), f.ids[i], f.ps[i])
 				if err == nil && !bytes.Equal(got, f.plains[i]) {
 					err = errors.New("wrong data")
 				}
@@ -554,7 +554,7 @@ func TestReaderSharesConcurrentMisses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := r.Read(context.Background(), f.ids[1], f.ps[1])
+			got, err := readOf(r, context.Background(), f.ids[1], f.ps[1])
 			if err == nil && !bytes.Equal(got, f.plains[1]) {
 				err = errors.New("wrong data")
 			}
@@ -632,7 +632,7 @@ func TestReadRunSmallCache(t *testing.T) {
 	r := f.reader(t, ReaderOptions{MemoryBytes: limit})
 	for round := range 3 {
 		for i := 0; i+3 <= len(f.ids); i += 3 {
-			out, err := r.ReadRun(ctx, f.ids[i:i+3], f.ps[i:i+3])
+			out, err := runOf(r, ctx, f.ids[i:i+3], f.ps[i:i+3])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -648,7 +648,7 @@ func TestReadRunSmallCache(t *testing.T) {
 	}
 	// The last run is cached: reading it again sends nothing.
 	f.cs.reset()
-	if _, err := r.ReadRun(ctx, f.ids[9:], f.ps[9:]); err != nil || f.cs.total() != 0 {
+	if _, err := runOf(r, ctx, f.ids[9:], f.ps[9:]); err != nil || f.cs.total() != 0 {
 		t.Fatalf("re-read of the last run: %v, %d requests", err, f.cs.total())
 	}
 }
@@ -705,7 +705,7 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	lent := func(g int) ([][]byte, *Loan) {
 		t.Helper()
 		ids, ps := group(g)
-		datas, loan, err := r.ReadRunLent(ctx, ids, ps)
+		datas, loan, err := runLent(r, ctx, ids, ps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -715,7 +715,7 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	fetch := func(g int) {
 		t.Helper()
 		ids, ps := group(g)
-		if err := r.Fetch(ctx, ids, ps); err != nil {
+		if err := fill(r, ctx, ids, ps); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -747,7 +747,7 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	// A frame handed out by ReadRun has no release: its buffer is never
 	// used again.
 	ids, ps := group(5)
-	kept, err := r.ReadRun(ctx, ids, ps)
+	kept, err := runOf(r, ctx, ids, ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -768,7 +768,7 @@ func TestReadRunTo(t *testing.T) {
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{})
 	// Frames 3 and 4 cached, by a read that keeps them.
-	if _, err := r.ReadRun(ctx, f.ids[3:5], f.ps[3:5]); err != nil {
+	if _, err := runOf(r, ctx, f.ids[3:5], f.ps[3:5]); err != nil {
 		t.Fatal(err)
 	}
 	var dst [][]byte
@@ -782,7 +782,7 @@ func TestReadRunTo(t *testing.T) {
 			dst[i] = make([]byte, p.PlainLen, p.PlainLen+100) // room past the frame must stay untouched
 		}
 		f.cs.reset()
-		if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+		if err := runTo(r, ctx, f.ids, f.ps, dst); err != nil {
 			t.Fatal(err)
 		}
 		for i := range dst {
@@ -801,7 +801,7 @@ func TestReadRunTo(t *testing.T) {
 			t.Fatalf("%d requests, want 1 (the frames around the cached ones, reading through them)", n)
 		}
 	}
-	if err := r.ReadRunTo(ctx, f.ids[:1], f.ps[:1], [][]byte{make([]byte, 1)}); err == nil {
+	if err := runTo(r, ctx, f.ids[:1], f.ps[:1], [][]byte{make([]byte, 1)}); err == nil {
 		t.Fatal("a buffer of the wrong length was accepted")
 	}
 
@@ -811,7 +811,7 @@ func TestReadRunTo(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := f.reader(t, ReaderOptions{})
-	err := r2.ReadRunTo(ctx, f.ids[5:8], f.ps[5:8], dst[5:8])
+	err := runTo(r2, ctx, f.ids[5:8], f.ps[5:8], dst[5:8])
 	var ce *segment.CorruptError
 	if !errors.As(err, &ce) || ce.Key != segment.Key(f.segID) || ce.Offset != int64(f.ps[6].Offset) {
 		t.Fatalf("damaged frame: %v", err)
@@ -835,7 +835,7 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 		for i := range dst {
 			dst[i] = make([]byte, f.ps[lo+i].PlainLen)
 		}
-		if err := r.ReadRunTo(ctx, f.ids[lo:hi], f.ps[lo:hi], dst); err != nil {
+		if err := runTo(r, ctx, f.ids[lo:hi], f.ps[lo:hi], dst); err != nil {
 			t.Fatal(err)
 		}
 		for i := range dst {
@@ -860,15 +860,15 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 		}
 	}
 
-	r.ReadAhead(ctx, f.ps[:per])
-	r.ReadAhead(ctx, f.ps[per:2*per])
+	aheadOf(r, ctx, f.ps[:per])
+	aheadOf(r, ctx, f.ps[per:2*per])
 	requests(2, "two runs read ahead")
-	r.ReadAhead(ctx, f.ps[3:per/2]) // inside a span held already
+	aheadOf(r, ctx, f.ps[3:per/2]) // inside a span held already
 	requests(2, "a run inside a span held")
 	free := freeBufs()
 	readTo(0, per-5)
 	readTo(per-5, per+5) // across both spans
-	datas, loan, err := r.ReadRunLent(ctx, f.ids[per+5:2*per], f.ps[per+5:2*per])
+	datas, loan, err := runLent(r, ctx, f.ids[per+5:2*per], f.ps[per+5:2*per])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -889,9 +889,9 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	// leaves once its frames are read.
 	f.cs.reset()
 	fetched := r.Stats().BytesFetched
-	r.ReadAhead(ctx, f.ps[:per])
-	r.ReadAhead(ctx, f.ps[per-2:2*per]) // shares two frames with the first
-	r.ReadAhead(ctx, f.ps[per-1:per+1]) // held whole: nothing to read
+	aheadOf(r, ctx, f.ps[:per])
+	aheadOf(r, ctx, f.ps[per-2:2*per]) // shares two frames with the first
+	aheadOf(r, ctx, f.ps[per-1:per+1]) // held whole: nothing to read
 	readTo(0, 2*per)
 	requests(2, "overlapping read-aheads")
 	if got, want := r.Stats().BytesFetched-fetched, f.ps[2*per-1].End()-uint64(f.ps[0].Offset); got != want {
@@ -904,7 +904,7 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	// A full table refuses new spans; its spans still serve their frames.
 	f.cs.reset()
 	for i := range aheadMax + 2 {
-		r.ReadAhead(ctx, f.ps[2*per+i:2*per+i+1])
+		aheadOf(r, ctx, f.ps[2*per+i:2*per+i+1])
 	}
 	requests(aheadMax, "a full table")
 	readTo(2*per+aheadMax, 2*per+aheadMax+2) // refused: read here, with one request
@@ -917,7 +917,7 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	// A span nobody reads leaves the table aheadTTL after its read.
 	defer func(ttl time.Duration) { aheadTTL = ttl }(aheadTTL)
 	aheadTTL = 20 * time.Millisecond
-	r.ReadAhead(ctx, f.ps[:per])
+	aheadOf(r, ctx, f.ps[:per])
 	readTo(0, 1) // reads a little of it
 	free = freeBufs()
 	deadline := time.Now().Add(5 * time.Second)
@@ -934,7 +934,7 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	if err := other.cs.Delete(ctx, segment.Key(other.segID)); err != nil {
 		t.Fatal(err)
 	}
-	r2.ReadAhead(ctx, other.ps)
+	aheadOf(r2, ctx, other.ps)
 	if _, err := other.cs.Put(ctx, segment.Key(other.segID), other.data, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -942,7 +942,7 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	for i, p := range other.ps {
 		dst[i] = make([]byte, p.PlainLen)
 	}
-	if err := r2.ReadRunTo(ctx, other.ids, other.ps, dst); err != nil {
+	if err := runTo(r2, ctx, other.ids, other.ps, dst); err != nil {
 		t.Fatalf("after a failed read-ahead: %v", err)
 	}
 	for i := range dst {
@@ -968,7 +968,7 @@ func TestReadAheadConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for g := range 4 {
-				r.ReadAhead(ctx, f.ps[g*per:(g+1)*per])
+				aheadOf(r, ctx, f.ps[g*per:(g+1)*per])
 			}
 		}()
 		go func() {
@@ -979,7 +979,7 @@ func TestReadAheadConcurrent(t *testing.T) {
 				for i := range dst {
 					dst[i] = make([]byte, f.ps[g*per+i].PlainLen)
 				}
-				if err := r.ReadRunTo(ctx, f.ids[g*per:(g+1)*per], f.ps[g*per:(g+1)*per], dst); err != nil {
+				if err := runTo(r, ctx, f.ids[g*per:(g+1)*per], f.ps[g*per:(g+1)*per], dst); err != nil {
 					errs <- err
 					return
 				}
