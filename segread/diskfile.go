@@ -1,10 +1,8 @@
 package segread
 
 import (
-	"ebbfs.dev/ebbfs/objstore"
 	"encoding/binary"
 	"errors"
-	"golang.org/x/sys/unix"
 	"io"
 	"io/fs"
 	"os"
@@ -12,6 +10,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"ebbfs.dev/ebbfs/objstore"
+	"golang.org/x/sys/unix"
 )
 
 // writeSegmentFrames writes b at off in the segment file data, in place

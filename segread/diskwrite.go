@@ -3,13 +3,14 @@ package segread
 import (
 	"bytes"
 	"cmp"
-	"ebbfs.dev/ebbfs/segment"
 	"errors"
 	"os"
 	"slices"
 	"sort"
 	"syscall"
 	"time"
+
+	"ebbfs.dev/ebbfs/segment"
 )
 
 func (c *diskCache) writer() {

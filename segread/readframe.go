@@ -2,11 +2,12 @@ package segread
 
 import (
 	"context"
-	"ebbfs.dev/ebbfs/objstore"
-	"ebbfs.dev/ebbfs/segment"
 	"errors"
 	"fmt"
 	"sync"
+
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // readFrame returns the plaintext of the frame p points at, sealed for

@@ -2,12 +2,13 @@ package segread
 
 import (
 	"context"
-	"ebbfs.dev/ebbfs/internal/keys"
-	"ebbfs.dev/ebbfs/objstore"
-	"ebbfs.dev/ebbfs/segment"
 	"errors"
 	"fmt"
 	"runtime"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // runGroups splits the indices of ps (sorted by offset, one segment) into

@@ -2,12 +2,13 @@ package segread
 
 import (
 	"context"
-	"ebbfs.dev/ebbfs/internal/keys"
-	"ebbfs.dev/ebbfs/objstore"
-	"ebbfs.dev/ebbfs/segment"
 	"errors"
 	"fmt"
 	"runtime"
+
+	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // readRunTo reads the frames ps (of one segment, in offset order) as
