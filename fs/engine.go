@@ -225,6 +225,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		DiskDir:     diskDir,
 		DiskBytes:   o.DiskCacheBytes,
 		Logger:      o.Logger,
+		Space:       db.Space(),
 	})
 	if err != nil {
 		db.Close()

@@ -6,7 +6,10 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/diskspace"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -78,4 +81,36 @@ func TestReserveReleasedWhenFull(t *testing.T) {
 		t.Fatalf("publish with room again: %d, %v", seq, err)
 	}
 	wantVal(t, db, "a", "1")
+}
+
+// The periodic check runs on the injected clock, through the watcher it
+// is given: a disk that fills while nothing is committed has the reserve
+// released at the watcher's next look, not later, and not on wall time.
+func TestReserveWatchedOnInjectedClock(t *testing.T) {
+	const total = 100 << 20
+	var avail atomic.Int64
+	avail.Store(total / 2)
+	prev := StatfsDir
+	StatfsDir = func(string) (int64, int64, error) { return total, avail.Load(), nil }
+	t.Cleanup(func() { StatfsDir = prev })
+
+	clk := clock.NewFake(time.Unix(1, 0))
+	space := diskspace.Start(clk)
+	defer space.Close()
+	o := testOpts(t, objstore.NewMem(), testKeys(t))
+	o.Space = space
+	db := mustOpen(t, o)
+	defer db.Close()
+	avail.Store(0)
+	if db.res.released.Load() {
+		t.Fatal("reserve released before anything looked")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !db.res.released.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher's check did not release the reserve on a full disk")
+		}
+		clk.Advance(diskspace.Every)
+		time.Sleep(time.Millisecond) // real time for the watcher to run; the fake clock decides when it does
+	}
 }

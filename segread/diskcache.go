@@ -13,11 +13,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"ebbfs.dev/ebbfs/internal/diskspace"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -49,7 +49,7 @@ import (
 // there (diskReserve: a tenth of the filesystem, between 16 MiB and
 // 1 GiB), evicting its least recently used frames, and caches nothing
 // new while it cannot. It checks before every write and every
-// diskWatchEvery, so a disk that something else fills gets the cache's
+// diskspace.Every (its Watcher), so a disk that something else fills gets the cache's
 // space back (the metadata in the same directory needs it more). A write
 // that fails (ENOSPC, EIO) costs a future miss; it is logged when the
 // failures start and when they end, not for every frame.
@@ -78,8 +78,11 @@ type diskCache struct {
 	// Writes happen on one background goroutine so that reads never wait
 	// for them; when the queue is full a frame is simply not cached.
 	q       chan diskPut
-	queued  atomic.Int64 // bytes of memory the puts in q hold
-	skipped atomic.Int64 // frame bytes left out: the queue was full
+	kick    chan struct{}      // the watcher's periodic nudge to the writer
+	unwatch func()             // stops the nudges
+	space   *diskspace.Watcher // the watcher started for want of ReaderOptions.Space
+	queued  atomic.Int64       // bytes of memory the puts in q hold
+	skipped atomic.Int64       // frame bytes left out: the queue was full
 	done    chan struct{}
 	closeMu sync.Mutex
 	closed  bool
@@ -161,10 +164,6 @@ const diskRecord = 8
 // version.
 const diskTmpPrefix = ".tmp-"
 
-// diskWatchEvery is how often the cache checks its filesystem's free
-// space when it writes nothing.
-const diskWatchEvery = time.Second
-
 // diskReserve is the free space the cache leaves on a filesystem of total
 // bytes.
 func diskReserve(total int64) int64 {
@@ -175,21 +174,13 @@ func diskReserve(total int64) int64 {
 // length rounded up to 4 KiB.
 func diskBlock(n uint32) int64 { return (int64(n) + 4095) &^ 4095 }
 
-func statfsDir(dir string) (total, avail int64, err error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
-}
-
-func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) {
+func openDiskCache(dir string, max int64, log *slog.Logger, space *diskspace.Watcher) (*diskCache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), files: list.New(), segs: map[uint64]*diskSeg{},
-		q: make(chan diskPut, diskQueue), done: make(chan struct{}), pend: map[uint64][]*diskRun{},
-		statfs: statfsDir, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
+		q: make(chan diskPut, diskQueue), kick: make(chan struct{}, 1), done: make(chan struct{}), pend: map[uint64][]*diskRun{},
+		statfs: diskspace.Statfs, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
 	type found struct {
 		es  []diskEntry
 		mod time.Time
@@ -263,6 +254,16 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	c.mu.Unlock()
 	c.watch()
 	go c.writer()
+	if space == nil {
+		c.space = diskspace.Start(nil)
+		space = c.space
+	}
+	c.unwatch = space.Add(func() {
+		select {
+		case c.kick <- struct{}{}:
+		default: // the writer has one coming
+		}
+	})
 	return c, nil
 }
 
@@ -343,6 +344,10 @@ func (c *diskCache) sync() {
 
 // close drains the queue, stops the writer and closes the open files.
 func (c *diskCache) close() {
+	c.unwatch()
+	if c.space != nil {
+		c.space.Close()
+	}
 	c.closeMu.Lock()
 	if !c.closed {
 		c.closed = true

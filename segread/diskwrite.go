@@ -8,15 +8,12 @@ import (
 	"slices"
 	"sort"
 	"syscall"
-	"time"
 
 	"ebbfs.dev/ebbfs/segment"
 )
 
 func (c *diskCache) writer() {
 	defer close(c.done)
-	tick := time.NewTicker(diskWatchEvery)
-	defer tick.Stop()
 	for {
 		select {
 		case it, ok := <-c.q:
@@ -33,7 +30,7 @@ func (c *diskCache) writer() {
 				it.done()
 			}
 			c.putOverflow()
-		case <-tick.C:
+		case <-c.kick: // every diskspace.Every
 			c.putOverflow()
 			c.watch()
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"ebbfs.dev/ebbfs/internal/diskspace"
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
@@ -35,6 +36,10 @@ type ReaderOptions struct {
 	DiskBytes int64
 	// Logger receives corruption reports; nil means slog.Default().
 	Logger *slog.Logger
+	// Space, if set, has the disk cache look at its filesystem's free
+	// space periodically (shared with the metadata store); otherwise the
+	// disk cache starts a watcher of its own.
+	Space *diskspace.Watcher
 }
 
 // EnsureDefaults fills in the documented defaults.
@@ -134,7 +139,7 @@ func NewReader(o ReaderOptions) (*Reader, error) {
 	r.mu.logged = map[corruptSite]struct{}{}
 	r.mu.flight = map[corruptSite]*fetchCall{}
 	if o.DiskDir != "" {
-		d, err := openDiskCache(o.DiskDir, o.DiskBytes, o.Logger)
+		d, err := openDiskCache(o.DiskDir, o.DiskBytes, o.Logger, o.Space)
 		if err != nil {
 			return nil, err
 		}
