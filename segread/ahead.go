@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -141,7 +142,7 @@ func (r *Reader) readAhead(ctx context.Context, ps []segment.Pointer) bool {
 // disk cache into a scratch buffer and returns the buffer, the bytes
 // (nil if it could not read them all) and whether the buffer is pooled.
 func (r *Reader) readDiskSpan(seg uint64, off int64, n int) (buf, data []byte, pooled bool) {
-	buf, pooled = r.bufs.scratch(n + objstore.SpanSlack)
+	buf, pooled = r.bufs.scratch(n + directio.Slack)
 	data, err := r.disk.readSpan(seg, off, n, buf)
 	if err != nil || len(data) < n {
 		if pooled {

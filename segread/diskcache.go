@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/diskspace"
-	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"golang.org/x/sys/unix"
 )
 
 // diskCache keeps encrypted frames on local disk, one sparse file per
@@ -64,7 +63,7 @@ type diskCache struct {
 	// mu) to fake a full or failing disk.
 	statfs      func(dir string) (total, avail int64, err error)
 	writeFrames func(data, idx string, off int64, b []byte, recs []diskEntry) error
-	readFrame   func(f *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error)
+	readFrame   func(f *os.File, df *directio.File, off int64, n int, buf []byte) ([]byte, error)
 	punch       func(path string, off, n int64) error
 
 	max     int64
@@ -111,7 +110,7 @@ type diskSeg struct {
 	id     uint64
 	frames map[uint32]*list.Element // by offset; values *diskEntry in lru
 	f      *os.File                 // open for reading, or nil
-	df     *objstore.DirectFile     // f's file in O_DIRECT mode, while f != nil
+	df     *directio.File           // f's file in O_DIRECT mode, while f != nil
 	fel    *list.Element            // in files while f != nil
 }
 
@@ -434,7 +433,7 @@ func (c *diskCache) removeSegLocked(s *diskSeg) {
 }
 
 // fileLocked returns s's file, open for reading.
-func (c *diskCache) fileLocked(s *diskSeg) (*os.File, *objstore.DirectFile, error) {
+func (c *diskCache) fileLocked(s *diskSeg) (*os.File, *directio.File, error) {
 	if s.f != nil {
 		c.files.MoveToFront(s.fel)
 		return s.f, s.df, nil
@@ -447,7 +446,7 @@ func (c *diskCache) fileLocked(s *diskSeg) (*os.File, *objstore.DirectFile, erro
 	// prefetcher wants. Kernel read-ahead would only add bytes to a
 	// random read.
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
-	s.f, s.df, s.fel = f, new(objstore.DirectFile), c.files.PushFront(s)
+	s.f, s.df, s.fel = f, new(directio.File), c.files.PushFront(s)
 	for c.files.Len() > diskOpenFiles {
 		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
 	}

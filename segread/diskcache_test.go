@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/fileutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"golang.org/x/sys/unix"
 )
 
 // fakeDisk is a filesystem of total bytes whose free space is what the
@@ -145,7 +145,7 @@ func TestDiskCacheEIO(t *testing.T) {
 	if st := r.Stats(); st.DiskEntries != 2 {
 		t.Fatalf("%d entries", st.DiskEntries)
 	}
-	eio := func(*os.File, *objstore.DirectFile, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
+	eio := func(*os.File, *directio.File, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
 	eioW := func(string, string, int64, []byte, []diskEntry) error { return syscall.EIO }
 	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = eio, eioW })
 
@@ -256,7 +256,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	}
 	var reads [][2]int64
 	setDisk(r, func(c *diskCache) {
-		c.readFrame = func(fl *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
+		c.readFrame = func(fl *os.File, df *directio.File, off int64, n int, buf []byte) ([]byte, error) {
 			reads = append(reads, [2]int64{off, int64(n)})
 			return readSpanFile(fl, df, off, n, buf)
 		}
@@ -617,16 +617,16 @@ func TestReadSpanFileEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var df objstore.DirectFile
+	var df directio.File
 	defer df.Close()
 	off := len(want) - 300001
-	for _, buf := range [][]byte{make([]byte, 1<<20+objstore.SpanSlack), make([]byte, 1<<20), nil} {
+	for _, buf := range [][]byte{make([]byte, 1<<20+directio.Slack), make([]byte, 1<<20), nil} {
 		got, err := readSpanFile(f, &df, int64(off), 1<<20, buf)
 		if err != nil || !bytes.Equal(got, want[off:]) {
 			t.Fatalf("a span past the end (buffer of %d): %v, %d bytes, want the last 300001", len(buf), err, len(got))
 		}
 	}
-	got, err := readSpanFile(f, &df, 12345, 600000, make([]byte, 600000+objstore.SpanSlack))
+	got, err := readSpanFile(f, &df, 12345, 600000, make([]byte, 600000+directio.Slack))
 	if err != nil || !bytes.Equal(got, want[12345:12345+600000]) {
 		t.Fatalf("a span inside the file: %v", err)
 	}
@@ -855,7 +855,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 	// (punched out; 2 and 3 keep the file).
 	var evict atomic.Bool
 	setDisk(r, func(c *diskCache) {
-		c.readFrame = func(file *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
+		c.readFrame = func(file *os.File, df *directio.File, off int64, n int, buf []byte) ([]byte, error) {
 			if evict.Swap(false) {
 				c.mu.Lock()
 				for _, i := range []int{0, 1} {

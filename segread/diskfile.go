@@ -11,12 +11,12 @@ import (
 	"strconv"
 	"strings"
 
-	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/internal/directio"
 	"golang.org/x/sys/unix"
 )
 
 // writeSegmentFrames writes b at off in the segment file data, in place
-// (a run of 256 KiB or more past the page cache: objstore.WriteAtDirect),
+// (a run of 256 KiB or more past the page cache: directio.WriteAt),
 // then appends recs to its index idx: a frame is listed only after its
 // bytes were written (a crash may still lose them; the frame then fails
 // authentication at its first read and is dropped).
@@ -30,7 +30,7 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 	if err != nil {
 		return err
 	}
-	err = objstore.WriteAtDirect(f, b, off)
+	err = directio.WriteAt(f, b, off)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -58,11 +58,11 @@ func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry)
 // the file ends first. A span the page cache does not hold whole, a run of
 // frames or a piece of one, is read past it through df, f's file kept
 // open in O_DIRECT mode beside it (when buf, if given, has
-// objstore.SpanSlack bytes to spare): so f, which other reads share, never
+// directio.Slack bytes to spare): so f, which other reads share, never
 // turns O_DIRECT, and a file evicted meanwhile is still the one read.
 // Anything else, and a span whose direct read fails, is read with f. An f
 // closed under it (diskOpenFiles) gives os.ErrClosed.
-func readSpanFile(f *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
+func readSpanFile(f *os.File, df *directio.File, off int64, n int, buf []byte) ([]byte, error) {
 	if df != nil {
 		if data, ok := df.Read(f, off, n, buf); ok {
 			return data, nil

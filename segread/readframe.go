@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -93,7 +94,7 @@ func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Poi
 	// or over the pooled buffer when the bytes are copied out of it into
 	// dst, or into a new buffer of the plaintext's size that is returned.
 	var buf []byte
-	if b-a+objstore.SpanSlack <= pieceBufLen {
+	if b-a+directio.Slack <= pieceBufLen {
 		pb := pieceBufs.Get().(*[pieceBufLen]byte)
 		defer pieceBufs.Put(pb)
 		buf = pb[:]
@@ -161,8 +162,8 @@ func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Poi
 
 // pieceBufLen is the size of the pooled buffers a random read's pieces
 // are read into (pieceBufs): up to 16 KiB of them, and the room a read
-// past the page cache needs (objstore.SpanSlack).
-const pieceBufLen = 16<<10 + objstore.SpanSlack
+// past the page cache needs (directio.Slack).
+const pieceBufLen = 16<<10 + directio.Slack
 
 // pieceBufs are the buffers of readPart's sealed pieces, kept for the
 // next read once the pieces are opened out of them: a buffer of each
@@ -170,7 +171,7 @@ const pieceBufLen = 16<<10 + objstore.SpanSlack
 // read's CPU in allocation.
 var pieceBufs = sync.Pool{New: func() any { return new([pieceBufLen]byte) }}
 
-// readSpan is getRange into buf (at least n+objstore.SpanSlack bytes),
+// readSpan is getRange into buf (at least n+directio.Slack bytes),
 // past the page cache where the store can (objstore.ReadSpan).
 func (r *Reader) readSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
 	r.gets.Add(1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
@@ -88,7 +89,7 @@ func (r *Reader) openTo(o *keys.Opener, id segment.FrameID, frame, d []byte) err
 func (r *Reader) readSealed(ctx context.Context, key string, off int64, n int, scratch bool) (buf, data []byte, pooled bool, err error) {
 	r.gets.Add(1)
 	if scratch {
-		buf, pooled = r.bufs.scratch(n + objstore.SpanSlack)
+		buf, pooled = r.bufs.scratch(n + directio.Slack)
 		data, err = objstore.ReadSpan(ctx, r.store, key, off, n, buf)
 	} else {
 		buf = make([]byte, n)

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"runtime"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/keys"
-	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
 
@@ -240,7 +240,7 @@ func (r *Reader) readDiskRuns(ids []segment.FrameID, ps []segment.Pointer, want 
 		// The sealed span goes into a scratch buffer (read past the page
 		// cache), given back once its frames are opened into the run's
 		// own buffer.
-		scratch, pooled := r.bufs.scratch(int(end-start) + objstore.SpanSlack)
+		scratch, pooled := r.bufs.scratch(int(end-start) + directio.Slack)
 		buf, err := r.disk.readSpan(ps[g[0]].Segment, start, int(end-start), scratch)
 		if err != nil {
 			if pooled {

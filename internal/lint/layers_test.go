@@ -16,7 +16,7 @@ const module = "ebbfs.dev/ebbfs/"
 // shared are the small internal pieces any layer may use (DESIGN section 1:
 // clock, failpoints, key derivation; and the retry loop, histograms,
 // atomic file writes and buffers on huge pages).
-var shared = []string{"internal/clock", "internal/diskspace", "internal/failpoint", "internal/fileutil", "internal/hugemem", "internal/keys", "internal/retry", "internal/stats", "internal/worker"}
+var shared = []string{"internal/clock", "internal/directio", "internal/diskspace", "internal/failpoint", "internal/fileutil", "internal/hugemem", "internal/keys", "internal/retry", "internal/stats", "internal/worker"}
 
 // layers lists, for every package of the module, the packages of the
 // module its non-test files may import (DESIGN section 1: imports go
@@ -44,6 +44,7 @@ var layers = map[string][]string{
 	"internal/retry":     {"internal/clock"},
 	"internal/worker":    {"internal/clock"},
 	"internal/diskspace": {"internal/clock", "internal/worker"},
+	"internal/directio":  {},
 	"internal/testutil":  {"*"},
 	"internal/stats":     {},
 	"internal/fileutil":  {},
