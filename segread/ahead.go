@@ -3,7 +3,6 @@ package segread
 import (
 	"context"
 	"sync"
-	"time"
 
 	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/objstore"
@@ -19,24 +18,29 @@ import (
 // is still being read. Only sealed bytes wait here, each decrypted once,
 // by the reader that wants it.
 //
-// The spans are few and short-lived. A span leaves the table once readers
-// have taken as many bytes from it as it holds, or aheadTTL after its read
-// if they have not (a reader that stopped, read around it, or found the
-// frames in the memory cache); its buffer goes back to the pool when no
-// reader decrypts from it any more. When the table is full, a new span is
-// refused rather than one pushed out, as the oldest is the one a reader
-// wants next, and the kernel is asked to read the run into its page cache
-// instead (objstore.WillNeed), which the reads then copy from.
+// The spans are few. A span leaves the table once readers have taken as
+// many bytes from it as it holds; one they have not (a reader that
+// stopped, read around it, or found the frames in the memory cache) stays
+// until the table is full and aheadStale newer read-aheads have been asked
+// for since its own, and then makes way for a new one. Its lifetime is so
+// counted in read-aheads, not in time: on a busy machine a reader may take
+// seconds to reach a span, which must still be there when it does, or its
+// frames are read twice. A span's buffer goes back to the pool when no
+// reader decrypts from it any more. When the table is full of spans that
+// are not stale, a new span is refused rather than one pushed out, as the
+// oldest is the one a reader wants next, and the kernel is asked to read
+// the run into its page cache instead (objstore.WillNeed), which the reads
+// then copy from.
 
 // aheadMax bounds the spans held, at most 53 MiB of buffers: the local
 // read-ahead window of one reader (fs, 24 MiB) in runs of 2 MiB, or of
 // 1 MiB where segments are that small.
 const aheadMax = 24
 
-// aheadTTL is how long a span read ahead waits for its readers after its
-// read: the fs read-ahead window (24 MiB) takes a reader of 24 MiB/s that
-// long to reach.
-var aheadTTL = time.Second // a variable for tests
+// aheadStale is how many read-aheads asked for after a span's own make it
+// stale, to be pushed out of a full table: twice the table, which the
+// spans of live readers (each a window ahead of its reader) do not reach.
+const aheadStale = 2 * aheadMax
 
 // aheadSpan is the sealed bytes [start, end) of a segment, read ahead.
 type aheadSpan struct {
@@ -51,11 +55,11 @@ type aheadSpan struct {
 	pooled bool
 
 	// Under aheadTable.mu:
-	refs  int    // readers decrypting from data
-	used  uint64 // bytes taken from it so far
-	gone  bool   // out of the table: buf goes back once refs and the read are done
-	read  bool   // the read has finished
-	timer *time.Timer
+	refs int    // readers decrypting from data
+	used uint64 // bytes taken from it so far
+	gone bool   // out of the table: buf goes back once refs and the read are done
+	read bool   // the read has finished
+	born uint64 // aheadTable.asked when it was asked for
 }
 
 // holds reports whether the span covers the frame at p.
@@ -67,6 +71,20 @@ func (s *aheadSpan) holds(p segment.Pointer) bool {
 type aheadTable struct {
 	mu    sync.Mutex
 	spans []*aheadSpan
+	asked uint64 // read-aheads asked for that needed a new span
+}
+
+// evictStaleLocked takes the stale spans out of a full table.
+func (t *aheadTable) evictStaleLocked(bufs *runBufs) {
+	if len(t.spans) < aheadMax {
+		return
+	}
+	for _, s := range append([]*aheadSpan(nil), t.spans...) {
+		if t.asked-s.born >= aheadStale {
+			t.removeLocked(s)
+			t.freeLocked(s, bufs)
+		}
+	}
 }
 
 // readAhead reads the sealed bytes of the run ps (frames adjacent in one
@@ -104,6 +122,8 @@ func (r *Reader) readAhead(ctx context.Context, ps []segment.Pointer) bool {
 		return true
 	}
 	seg, start, end := ps[0].Segment, uint64(ps[0].Offset), ps[len(ps)-1].End()
+	t.asked++
+	t.evictStaleLocked(&r.bufs)
 	if len(t.spans) >= aheadMax {
 		t.mu.Unlock()
 		if r.disk == nil {
@@ -111,7 +131,7 @@ func (r *Reader) readAhead(ctx context.Context, ps []segment.Pointer) bool {
 		}
 		return true
 	}
-	sp := &aheadSpan{seg: seg, start: start, end: end, done: make(chan struct{})}
+	sp := &aheadSpan{seg: seg, start: start, end: end, done: make(chan struct{}), born: t.asked}
 	t.spans = append(t.spans, sp)
 	t.mu.Unlock()
 
@@ -127,9 +147,6 @@ func (r *Reader) readAhead(ctx context.Context, ps []segment.Pointer) bool {
 	close(sp.done)
 	if data == nil {
 		t.removeLocked(sp)
-	}
-	if !sp.gone {
-		sp.timer = time.AfterFunc(aheadTTL, func() { t.expire(sp, &r.bufs) })
 	}
 	t.freeLocked(sp, &r.bufs)
 	t.mu.Unlock()
@@ -233,22 +250,11 @@ func (t *aheadTable) passed(ps []segment.Pointer, want []int, bufs *runBufs) {
 	}
 }
 
-// expire takes sp out of the table if its readers have not read it all.
-func (t *aheadTable) expire(sp *aheadSpan, bufs *runBufs) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.removeLocked(sp)
-	t.freeLocked(sp, bufs)
-}
-
 // removeLocked takes sp out of the table if it is still there.
 func (t *aheadTable) removeLocked(sp *aheadSpan) {
 	for i, s := range t.spans {
 		if s == sp {
 			s.gone = true
-			if s.timer != nil {
-				s.timer.Stop()
-			}
 			t.spans = append(t.spans[:i], t.spans[i+1:]...)
 			return
 		}

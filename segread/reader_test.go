@@ -822,7 +822,7 @@ func TestReadRunTo(t *testing.T) {
 // reads of frames inside them without another request, also a read that
 // straddles two spans and one through ReadRunLent; a span leaves the
 // table and its buffer goes back to the pool once all of it has been
-// read, or aheadTTL after its read; a full table refuses new spans; and a
+// read; a full table refuses new spans, and lets a stale one go; and a
 // read-ahead that failed leaves the reader to read the frames itself.
 func TestReadAheadServesReadRunTo(t *testing.T) {
 	const per = 40 // a run over half a pooled buffer, as fs reads ahead
@@ -914,19 +914,31 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 		t.Fatalf("%d spans held after all were read", spans())
 	}
 
-	// A span nobody reads leaves the table aheadTTL after its read.
-	defer func(ttl time.Duration) { aheadTTL = ttl }(aheadTTL)
-	aheadTTL = 20 * time.Millisecond
+	// A span nobody reads whole stays, however long its reader takes, and
+	// makes way in a full table once aheadStale newer read-aheads were
+	// asked for.
 	aheadOf(r, ctx, f.ps[:per])
 	readTo(0, 1) // reads a little of it
-	free = freeBufs()
-	deadline := time.Now().Add(5 * time.Second)
-	for spans() != 0 || freeBufs() != free+1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a span left unread: %d spans held, %d free buffers (was %d) after 5 s", spans(), freeBufs(), free)
-		}
-		time.Sleep(5 * time.Millisecond)
+	holds := func(p segment.Pointer) bool {
+		r.ahead.mu.Lock()
+		defer r.ahead.mu.Unlock()
+		return r.ahead.holdsLocked(p)
 	}
+	for i := range aheadStale - 1 {
+		aheadOf(r, ctx, f.ps[per+i:per+i+1])
+	}
+	if !holds(f.ps[1]) || spans() != aheadMax {
+		t.Fatalf("before it is stale: span held %v, %d spans, want it and a full table", holds(f.ps[1]), spans())
+	}
+	f.cs.reset()
+	readTo(1, 2)
+	requests(0, "a frame of a span left unread")
+	aheadOf(r, ctx, f.ps[per+aheadStale-1:per+aheadStale])
+	if holds(f.ps[2]) || !holds(f.ps[per+aheadStale-1]) {
+		t.Fatalf("once stale: old span held %v, new one held %v; want it replaced", holds(f.ps[2]), holds(f.ps[per+aheadStale-1]))
+	}
+	readTo(2, 3)
+	requests(2, "the new span and a frame of the stale one")
 
 	// A read-ahead that fails is dropped; the reader reads for itself.
 	other := newFixture(t, 4)
@@ -959,8 +971,6 @@ func TestReadAheadConcurrent(t *testing.T) {
 	f := newFixture(t, 4*per)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{})
-	defer func(ttl time.Duration) { aheadTTL = ttl }(aheadTTL)
-	aheadTTL = time.Millisecond // spans also expire while read
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 4 {
