@@ -13,6 +13,17 @@ import (
 	"ebbfs.dev/ebbfs/objstore"
 )
 
+// fakeDisk has StatfsDir report a filesystem of total bytes with the
+// returned number free (half of it to start with), until the test ends.
+func fakeDisk(t *testing.T, total int64) *atomic.Int64 {
+	avail := new(atomic.Int64)
+	avail.Store(total / 2)
+	prev := StatfsDir
+	StatfsDir = func(string) (int64, int64, error) { return total, avail.Load(), nil }
+	t.Cleanup(func() { StatfsDir = prev })
+	return avail
+}
+
 // TestReserveReleasedWhenFull: a writer holds ReserveSize bytes in
 // Dir/RESERVE. With the local filesystem below reserveCritical the file is
 // deleted (after MakeRoom was asked first), MetadataRoom fails with
@@ -20,11 +31,7 @@ import (
 // with room for the reserve above the floor it is created again.
 func TestReserveReleasedWhenFull(t *testing.T) {
 	const total = 100 << 20
-	var avail atomic.Int64
-	avail.Store(total / 2)
-	prev := StatfsDir
-	StatfsDir = func(string) (int64, int64, error) { return total, avail.Load(), nil }
-	t.Cleanup(func() { StatfsDir = prev })
+	avail := fakeDisk(t, total)
 
 	s := objstore.NewMem()
 	o := testOpts(t, s, testKeys(t))
@@ -88,11 +95,7 @@ func TestReserveReleasedWhenFull(t *testing.T) {
 // released at the watcher's next look, not later, and not on wall time.
 func TestReserveWatchedOnInjectedClock(t *testing.T) {
 	const total = 100 << 20
-	var avail atomic.Int64
-	avail.Store(total / 2)
-	prev := StatfsDir
-	StatfsDir = func(string) (int64, int64, error) { return total, avail.Load(), nil }
-	t.Cleanup(func() { StatfsDir = prev })
+	avail := fakeDisk(t, total)
 
 	clk := clock.NewFake(time.Unix(1, 0))
 	space := diskspace.Start(clk)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment/segtest"
 )
 
 var benchCodecs = []Codec{CodecNone, CodecLZ4, CodecZstd}
@@ -57,18 +58,7 @@ const benchSegmentBytes = 32 << 20
 
 // benchExtents returns 32 MiB of extents, three quarters text-like and one
 // quarter random, as a file system might hold.
-func benchExtents() [][]byte {
-	n := benchSegmentBytes / ExtentSize
-	out := make([][]byte, n)
-	for i := range out {
-		if i%4 == 3 {
-			out[i] = randomExtent(ExtentSize)
-		} else {
-			out[i] = textExtent(uint64(i), ExtentSize)
-		}
-	}
-	return out
-}
+func benchExtents() [][]byte { return segtest.BenchExtents(benchSegmentBytes, ExtentSize) }
 
 func newBenchLocal(b *testing.B) objstore.Store {
 	s, err := objstore.NewLocal(b.TempDir())

@@ -2,29 +2,15 @@ package segment
 
 import (
 	"bytes"
-	"crypto/rand"
-	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
 	"testing"
 
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/segment/segtest"
 )
 
 // testKeys returns fresh keys without running the KDF.
-func testKeys(tb testing.TB) *keys.Keys {
-	tb.Helper()
-	k := &keys.Keys{Pieced: true}
-	rand.Read(k.UUID[:])
-	raw := make([]byte, 32)
-	rand.Read(raw)
-	a, err := keys.NewAEAD(raw)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	k.Data, k.Meta = a, a
-	return k
-}
+func testKeys(tb testing.TB) *keys.Keys { return segtest.Keys(tb) }
 
 // fixedKeys returns deterministic keys (fuzz seeds).
 func fixedKeys() *keys.Keys {
@@ -38,25 +24,9 @@ func fixedKeys() *keys.Keys {
 	return k
 }
 
-// textExtent returns n bytes of compressible, text-like data.
-func textExtent(seed uint64, n int) []byte {
-	r := mrand.New(mrand.NewPCG(seed, 1))
-	words := []string{"the", "segment", "frame", "extent", "object", "store", "ebbfs", "reclaim", "pointer", "directory", "footer", "\n"}
-	var b bytes.Buffer
-	for b.Len() < n {
-		b.WriteString(words[r.IntN(len(words))])
-		b.WriteByte(' ')
-		fmt.Fprintf(&b, "%d ", r.IntN(1000))
-	}
-	return b.Bytes()[:n]
-}
+func textExtent(seed uint64, n int) []byte { return segtest.TextExtent(seed, n) }
 
-// randomExtent returns n incompressible bytes.
-func randomExtent(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
-}
+func randomExtent(n int) []byte { return segtest.RandomExtent(n) }
 
 // buildSegment builds a segment of n extents alternating text and random
 // data, returning the object bytes, the frame ids, the plaintexts and the

@@ -6,24 +6,12 @@ import (
 
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segment/segtest"
 )
 
 const benchSegmentBytes = 32 << 20
 
-// benchExtents returns 32 MiB of extents, three quarters text-like and one
-// quarter random, as a file system might hold.
-func benchExtents() [][]byte {
-	n := benchSegmentBytes / segment.ExtentSize
-	out := make([][]byte, n)
-	for i := range out {
-		if i%4 == 3 {
-			out[i] = randomExtent(segment.ExtentSize)
-		} else {
-			out[i] = textExtent(uint64(i), segment.ExtentSize)
-		}
-	}
-	return out
-}
+func benchExtents() [][]byte { return segtest.BenchExtents(benchSegmentBytes, segment.ExtentSize) }
 
 func newBenchLocal(b *testing.B) objstore.Store {
 	s, err := objstore.NewLocal(b.TempDir())

@@ -33,6 +33,7 @@ var layers = map[string][]string{
 	"lsm/schema":         {},
 	"segread":            {"segment", "objstore"},
 	"segment":            {"objstore"},
+	"segment/segtest":    {},
 	"objstore":           {},
 	"objstore/storetest": {"objstore"},
 	"internal/admin":     {},
