@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"ebbfs.dev/ebbfs/internal/diskspace"
 	"ebbfs.dev/ebbfs/lsm"
 )
 
@@ -33,7 +34,7 @@ func cacheDiskFloor(total int64) int64 { return lsm.LocalFloor(total) }
 
 // statfsCacheDir reports the size of the cache directory's filesystem and
 // the bytes free for use; tests replace it.
-var statfsCacheDir = func(dir string) (total, avail int64, err error) { return lsm.StatfsDir(dir) }
+var statfsCacheDir = diskspace.Statfs
 
 // cacheDiskRoom fails with ErrNoSpace when the cache directory's
 // filesystem stays below its floor after the disk cache gave back what it
@@ -64,7 +65,7 @@ func (e *Engine) cacheDiskRoom() error {
 }
 
 // An I/O error on the cache disk: a disk-cache frame that cannot be
-// written or read only costs a store request (segment/diskcache.go). The
+// written or read only costs a store request (segread/diskcache.go). The
 // metadata store cannot go on after one (lsm/failure.go): the engine then
 // refuses every operation that changes anything with that error (EIO to
 // applications), metadata reads fail the same way, no barrier succeeds

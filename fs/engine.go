@@ -22,6 +22,7 @@ import (
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // Engine is an open ebbfs filesystem. All methods are safe for concurrent use.
@@ -37,7 +38,7 @@ type Engine struct {
 	log   *slog.Logger
 	clk   clock.Clock
 	db    *lsm.DB
-	rd    *segment.Reader
+	rd    *segread.Reader
 	codec segment.Codec
 
 	cacheLock *os.File // flock on CacheDir/LOCK, held until Close
@@ -146,7 +147,7 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	}()
 	// Before the metadata store releases its emergency reserve, the disk
 	// cache gives back what it can (cachedisk.go).
-	var reader atomic.Pointer[segment.Reader]
+	var reader atomic.Pointer[segread.Reader]
 	db, err := openMeta(ctx, o, &reader)
 	if err != nil {
 		return nil, err
@@ -159,13 +160,14 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	} else if o.DiskCacheBytes == 0 {
 		o.DiskCacheBytes = 10 << 30
 	}
-	rd, err := segment.NewReader(segment.ReaderOptions{
+	rd, err := segread.NewReader(segread.ReaderOptions{
 		Store:       o.Store,
 		Keys:        o.Keys,
 		MemoryBytes: o.MemoryCacheBytes,
 		DiskDir:     diskDir,
 		DiskBytes:   o.DiskCacheBytes,
 		Logger:      o.Logger,
+		Space:       db.Space(),
 	})
 	if err != nil {
 		db.Close()
@@ -237,7 +239,7 @@ func (o *Options) setDefaults() {
 
 // openMeta opens the metadata store for o; its MakeRoom asks the reader
 // (once there is one) to shrink the disk cache.
-func openMeta(ctx context.Context, o Options, reader *atomic.Pointer[segment.Reader]) (*lsm.DB, error) {
+func openMeta(ctx context.Context, o Options, reader *atomic.Pointer[segread.Reader]) (*lsm.DB, error) {
 	metaDir := filepath.Join(o.CacheDir, "meta")
 	if o.PinManifest != 0 {
 		// A pinned state is rebuilt from the store each time; keep it
@@ -444,7 +446,7 @@ func (e *Engine) ReadOnly() bool { return e.opts.ReadOnly }
 func (e *Engine) DB() *lsm.DB { return e.db }
 
 // Reader exposes the segment reader to the reclamation stages.
-func (e *Engine) Reader() *segment.Reader { return e.rd }
+func (e *Engine) Reader() *segread.Reader { return e.rd }
 
 func (e *Engine) writable() error {
 	if e.opts.ReadOnly {

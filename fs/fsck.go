@@ -13,6 +13,7 @@ import (
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // FsckOptions configure a consistency check.
@@ -319,9 +320,9 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 			r.Orphans = append(r.Orphans, obj.Key)
 		}
 	}
-	var rd *segment.Reader
+	var rd *segread.Reader
 	if o.VerifyData {
-		rd, err = segment.NewReader(segment.ReaderOptions{Store: s, Keys: k, MemoryBytes: 16 << 20, Logger: o.Logger})
+		rd, err = segread.NewReader(segread.ReaderOptions{Store: s, Keys: k, MemoryBytes: 16 << 20, Logger: o.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -354,7 +355,7 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 				continue
 			}
 			if rd != nil {
-				if _, err := rd.Read(ctx, x.id, x.p); err != nil {
+				if _, err := readFrame(ctx, rd, x.id, x.p); err != nil {
 					r.problem("extent %d/%d: frame in %s does not authenticate: %v", x.id.Ino, x.id.Extent, segment.Key(seg), err)
 					continue
 				}

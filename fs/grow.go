@@ -44,7 +44,7 @@ func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error 
 		if hasPtr {
 			err = e.storeRead(ctx, "read "+segment.Key(ptr.Segment), func() error {
 				var err error
-				data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen}, ptr)
+				data, err = readFrame(ctx, e.rd, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen}, ptr)
 				return err
 			})
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/retry"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // Reads and the read half of a partial-extent write never wait for the
@@ -79,7 +80,8 @@ func (e *Engine) storeRead(ctx context.Context, what string, op func() error) er
 func (e *Engine) fetch(ctx context.Context, misses []storeMiss) error {
 	for _, m := range misses {
 		err := e.storeRead(ctx, "read "+segment.Key(m.ptrs[0].Segment), func() error {
-			return e.rd.Fetch(ctx, m.ids, m.ptrs)
+			_, err := e.rd.Read(ctx, &segread.Request{IDs: m.ids, Ptrs: m.ptrs, Want: segread.Fill})
+			return err
 		})
 		if err != nil {
 			return err
@@ -88,13 +90,20 @@ func (e *Engine) fetch(ctx context.Context, misses []storeMiss) error {
 	return nil
 }
 
+// readFrame returns the plaintext of the frame p, sealed for id, shared
+// with rd's memory cache: it must not be modified.
+func readFrame(ctx context.Context, rd *segread.Reader, id segment.FrameID, p segment.Pointer) ([]byte, error) {
+	res, err := rd.Read(ctx, &segread.Request{ID: id, Ptr: p})
+	return res.Frame, err
+}
+
 // readCommitted reads an extent from its segment; nil means a hole.
 func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, error) {
 	p, ok, err := e.visiblePointer(ino, idx)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
+	return readFrame(ctx, e.rd, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
 }
 
 // baseLocked returns the current bytes of extent idx (nil: zeroes) for a
@@ -109,7 +118,7 @@ func (e *Engine) baseLocked(ctx context.Context, n *inode, idx uint64) ([]byte, 
 	if err != nil || !ok {
 		return nil, segment.Pointer{}, err
 	}
-	b, err := e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: idx, Gen: p.Gen}, p)
+	b, err := readFrame(ctx, e.rd, segment.FrameID{Ino: n.ino, Extent: idx, Gen: p.Gen}, p)
 	if err != nil {
 		return nil, segment.Pointer{}, err
 	}
@@ -188,7 +197,7 @@ func (e *Engine) ReadVec(ctx context.Context, ino uint64, p []byte, off int64) (
 // segment reader.
 type readVec struct {
 	vecs  [][]byte
-	loans []*segment.Loan
+	loans []*segread.Loan
 }
 
 // release releases the loans and forgets the slices.
@@ -274,7 +283,7 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 // On a local store, reads of whole frames are decrypted straight into the
 // request's buffer instead (readRangeLocked), from sealed bytes read past
 // the page cache (objstore.ReadSpan). Read-ahead there reads only those
-// sealed bytes (segment.Reader.ReadAhead), up to readAheadLocalWindow
+// sealed bytes (segread.Reader.ReadAhead), up to readAheadLocalWindow
 // past the request's end: the segment reader holds few spans, and the
 // kernel no longer reads the files ahead. Decrypting ahead into the
 // frame cache moved every byte through memory three more times (into a
@@ -329,7 +338,7 @@ const prefetchRun = 2 << 20
 // local store, and for runs the disk cache holds, whose sequential reads
 // are decrypted straight into the reader's buffer (readRangeLocked), it
 // only reads the runs' sealed bytes for those reads to decrypt
-// (segment.Reader.ReadAhead).
+// (segread.Reader.ReadAhead).
 func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	all, err := e.pointersIn(ino, uint64(from)/es, uint64(to-1)/es+1)
 	if err != nil {
@@ -351,10 +360,10 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if e.rd.ReadAhead(ctx, ptrs) {
+			if res, _ := e.rd.Read(ctx, &segread.Request{Ptrs: ptrs, Want: segread.Ahead}); res.Started {
 				return // sealed bytes, from a local store or the disk cache
 			}
-			if err := e.rd.Fetch(ctx, ids, ptrs); err != nil {
+			if _, err := e.rd.Read(ctx, &segread.Request{IDs: ids, Ptrs: ptrs, Want: segread.Fill}); err != nil {
 				e.log.Debug("read-ahead", "ino", ino, "err", err)
 			}
 		}()
@@ -373,7 +382,7 @@ func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Po
 		return nil
 	}
 	id := segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}
-	err := e.rd.ReadPartTo(ctx, id, ptr, int(from), int(to), dst)
+	_, err := e.rd.Read(ctx, &segread.Request{ID: id, Ptr: ptr, From: int(from), To: int(to), Buf: dst})
 	if misses != nil && missed(ctx, err) {
 		*misses = append(*misses, storeMiss{[]segment.FrameID{id}, []segment.Pointer{ptr}})
 		return nil
@@ -408,129 +417,22 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 	first := uint64(off / es)
 	last := uint64((off + int64(len(p)) - 1) / es)
 	runCap := min(last-first+1, 64) // a run is at most 64 frames
-	runIdx := make([]uint64, 0, runCap)
-	runIDs := make([]segment.FrameID, 0, runCap)
-	runPtrs := make([]segment.Pointer, 0, runCap)
-	// placeFrom copies extent idx's part of [off, off+len(p)) into p from data,
-	// which holds the extent's bytes from base on (zeroes after it). With
-	// vec, data that is lent is listed there instead of copied.
-	placeFrom := func(idx uint64, data []byte, base int64, lent bool) {
-		start := int64(idx) * es
-		lo, hi := max(start, off), min(start+es, off+int64(len(p)))
-		dst := p[lo-off : hi-off]
-		var src []byte
-		if a := lo - start - base; a < int64(len(data)) {
-			src = data[a:min(int64(len(data)), hi-start-base)]
-		}
-		if vec != nil && lent && len(src) > 0 {
-			vec.vecs = append(vec.vecs, src)
-			dst = dst[len(src):]
-			src = nil
-		}
-		k := copy(dst, src)
-		clear(dst[k:])
-		if vec != nil && len(dst) > 0 {
-			vec.vecs = append(vec.vecs, dst)
-		}
-	}
-	place := func(idx uint64, data []byte) { placeFrom(idx, data, 0, false) }
-	reset := func() { runIdx, runIDs, runPtrs = runIdx[:0], runIDs[:0], runPtrs[:0] }
-	// A read of a local store has a run's frames decrypted straight into
-	// p (segment.ReadRunTo) when each of them lies in [off, off+len(p))
-	// whole: no run buffer, no copy out of it, nothing cached that a
-	// stream would push out again. (The kernel handles a sequential
-	// reader's requests concurrently, so they do not all look
-	// sequential here; a random read of whole extents loses nothing by
-	// it either: the store's reads cost no request, and the kernel keeps
-	// the small ones in its page cache.) Behind a remote store, the
-	// same goes for frames the disk cache holds; the others are fetched
-	// into the caches (ahead, by the cache-only attempt's misses, or by
-	// the reader) and lent to a vectored reply (copied into p for any
-	// other).
-	stream := e.local || e.rd.HasDiskCache()
-	streamable := func(idxs []uint64, ptrs []segment.Pointer) bool {
-		for i, idx := range idxs {
-			start := int64(idx) * es
-			if pl := int64(ptrs[i].PlainLen); start < off || start+pl > off+int64(len(p)) || pl > es {
-				return false
-			}
-		}
-		return true
-	}
-	streamRun := func() error {
-		dsts := make([][]byte, len(runIdx))
-		for i, idx := range runIdx {
-			at := int64(idx)*es - off
-			dsts[i] = p[at : at+int64(runPtrs[i].PlainLen)]
-		}
-		// With vec, what the memory cache holds (fetched ahead behind a
-		// remote store) is lent to the reply rather than copied.
-		var lent [][]byte
-		var loan *segment.Loan
-		var err error
-		if vec != nil {
-			lent, loan, err = e.rd.ReadRunToLent(ctx, runIDs, runPtrs, dsts)
-		} else {
-			err = e.rd.ReadRunTo(ctx, runIDs, runPtrs, dsts)
-		}
-		if misses != nil && missed(ctx, err) {
-			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		borrowed := false
-		for i, idx := range runIdx {
-			start := int64(idx) * es
-			region := p[start-off : min(start+es, off+int64(len(p)))-off]
-			clear(region[runPtrs[i].PlainLen:]) // zeroes past the stored bytes
-			switch {
-			case vec == nil:
-			case lent[i] != nil:
-				borrowed = true
-				vec.vecs = append(vec.vecs, lent[i])
-				if tail := region[runPtrs[i].PlainLen:]; len(tail) > 0 {
-					vec.vecs = append(vec.vecs, tail)
-				}
-			default:
-				vec.vecs = append(vec.vecs, region)
-			}
-		}
-		if borrowed {
-			vec.loans = append(vec.loans, loan) // until the reply is sent
-		} else {
-			loan.Release()
-		}
-		return nil
-	}
-	flush := func() error {
-		defer reset()
-		if len(runIdx) == 0 {
-			return nil
-		}
-		if stream && streamable(runIdx, runPtrs) {
-			return streamRun()
-		}
-		// The plaintexts are lent until copied into p: their buffers then
-		// serve other runs.
-		datas, loan, err := e.rd.ReadRunLent(ctx, runIDs, runPtrs)
-		if misses != nil && missed(ctx, err) {
-			*misses = append(*misses, storeMiss{slices.Clone(runIDs), slices.Clone(runPtrs)})
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for i, idx := range runIdx {
-			placeFrom(idx, datas[i], 0, vec != nil)
-		}
-		if vec != nil {
-			vec.loans = append(vec.loans, loan) // until the reply is sent
-		} else {
-			loan.Release()
-		}
-		return nil
+	rr := &rangeRead{e: e, ctx: ctx, p: p, off: off, es: es, misses: misses, vec: vec,
+		runIDs:  make([]segment.FrameID, 0, runCap),
+		runPtrs: make([]segment.Pointer, 0, runCap),
+		// A read of a local store has a run's frames decrypted straight
+		// into p (a Request with Bufs) when each of them lies in
+		// [off, off+len(p)) whole: no run buffer, no copy out of it,
+		// nothing cached that a stream would push out again. (The
+		// kernel handles a sequential reader's requests concurrently,
+		// so they do not all look sequential here; a random read of
+		// whole extents loses nothing by it either: the store's reads
+		// cost no request, and the kernel keeps the small ones in its
+		// page cache.) Behind a remote store, the same goes for frames
+		// the disk cache holds; the others are fetched into the caches
+		// (ahead, by the cache-only attempt's misses, or by the reader)
+		// and lent to a vectored reply (copied into p for any other).
+		stream: e.local || e.rd.HasDiskCache(),
 	}
 	committed, err := e.committedIn(n, first, last+1, !random)
 	if err != nil {
@@ -544,43 +446,194 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		// zeroes. The run before them is placed first (vec lists the
 		// bytes in order).
 		if data, ok := uncommitted(n, idx, committed); ok {
-			if err := flush(); err != nil {
+			if err := rr.flush(); err != nil {
 				return err
 			}
-			place(idx, data)
+			rr.placeFrom(idx, data, 0, false)
 			continue
 		}
 		ptr := committed[0].p
 		if random && (idx == first || idx == last) && (first == last || e.local) {
-			// A random read covering only part of an extent reads only
-			// the pieces of its frame that it needs, if it has pieces.
-			// (Behind a remote store, a read of several extents is left
-			// to one GET of their run when they are not cached.)
-			start := int64(idx) * es
-			from := max(start, off) - start
-			to := min(start+es, off+int64(len(p)), start+int64(ptr.PlainLen)) - start
-			if ptr.IsPieced() && (from > 0 || to < int64(ptr.PlainLen)) {
-				if err := flush(); err != nil {
-					return err
-				}
-				at := start + from - off // where the bytes go in p
-				if err := e.readPieces(ctx, n.ino, idx, ptr, from, to, p[at:at+max(to-from, 0)], placeFrom, misses); err != nil {
-					return err
-				}
+			done, err := rr.pieces(n.ino, idx, ptr)
+			if err != nil {
+				return err
+			}
+			if done {
 				continue
 			}
 		}
-		if k := len(runPtrs); k > 0 {
-			prev := runPtrs[k-1]
-			if prev.Segment != ptr.Segment || prev.End() != uint64(ptr.Offset) || k >= 64 {
-				if err := flush(); err != nil {
-					return err
-				}
+		if err := rr.add(n.ino, idx, ptr); err != nil {
+			return err
+		}
+	}
+	return rr.flush()
+}
+
+// rangeRead is one readRangeLocked: the request's buffer p from off, and
+// the run of committed frames it collects.
+type rangeRead struct {
+	e      *Engine
+	ctx    context.Context
+	p      []byte
+	off    int64
+	es     int64
+	misses *[]storeMiss
+	vec    *readVec
+	stream bool
+
+	runIDs  []segment.FrameID // a run's frames: extent runIDs[i].Extent's in runPtrs[i]
+	runPtrs []segment.Pointer
+}
+
+// placeFrom copies extent idx's part of [off, off+len(p)) into p from data,
+// which holds the extent's bytes from base on (zeroes after it). With
+// vec, data that is lent is listed there instead of copied.
+func (rr *rangeRead) placeFrom(idx uint64, data []byte, base int64, lent bool) {
+	p, off, es, vec := rr.p, rr.off, rr.es, rr.vec
+	start := int64(idx) * es
+	lo, hi := max(start, off), min(start+es, off+int64(len(p)))
+	dst := p[lo-off : hi-off]
+	var src []byte
+	if a := lo - start - base; a < int64(len(data)) {
+		src = data[a:min(int64(len(data)), hi-start-base)]
+	}
+	if vec != nil && lent && len(src) > 0 {
+		vec.vecs = append(vec.vecs, src)
+		dst = dst[len(src):]
+		src = nil
+	}
+	k := copy(dst, src)
+	clear(dst[k:])
+	if vec != nil && len(dst) > 0 {
+		vec.vecs = append(vec.vecs, dst)
+	}
+}
+
+// pieces reads extent idx, the first or last of a random read, on its
+// own if the read covers only part of it and its frame has pieces: then
+// only the pieces it needs are read, and done is true. (Behind a remote
+// store, a read of several extents is left to one GET of their run when
+// they are not cached.)
+func (rr *rangeRead) pieces(ino, idx uint64, ptr segment.Pointer) (done bool, err error) {
+	start := int64(idx) * rr.es
+	end := rr.off + int64(len(rr.p))
+	from := max(start, rr.off) - start
+	to := min(start+rr.es, end, start+int64(ptr.PlainLen)) - start
+	if !ptr.IsPieced() || (from == 0 && to >= int64(ptr.PlainLen)) {
+		return false, nil
+	}
+	if err := rr.flush(); err != nil {
+		return true, err
+	}
+	at := start + from - rr.off // where the bytes go in p
+	return true, rr.e.readPieces(rr.ctx, ino, idx, ptr, from, to, rr.p[at:at+max(to-from, 0)], rr.placeFrom, rr.misses)
+}
+
+// add appends extent idx's frame to the run, reading the run first if the
+// frame does not continue it in its segment or the run is full.
+func (rr *rangeRead) add(ino, idx uint64, ptr segment.Pointer) error {
+	if k := len(rr.runPtrs); k > 0 {
+		prev := rr.runPtrs[k-1]
+		if prev.Segment != ptr.Segment || prev.End() != uint64(ptr.Offset) || k >= 64 {
+			if err := rr.flush(); err != nil {
+				return err
 			}
 		}
-		runIdx = append(runIdx, idx)
-		runIDs = append(runIDs, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen})
-		runPtrs = append(runPtrs, ptr)
 	}
-	return flush()
+	rr.runIDs = append(rr.runIDs, segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen})
+	rr.runPtrs = append(rr.runPtrs, ptr)
+	return nil
+}
+
+// missed records the run as missed by a cache-only attempt, if it was.
+func (rr *rangeRead) missed(err error) bool {
+	if rr.misses == nil || !missed(rr.ctx, err) {
+		return false
+	}
+	*rr.misses = append(*rr.misses, storeMiss{slices.Clone(rr.runIDs), slices.Clone(rr.runPtrs)})
+	return true
+}
+
+// flush reads the run collected so far into p (or vec) and starts a new
+// one.
+func (rr *rangeRead) flush() error {
+	defer func() { rr.runIDs, rr.runPtrs = rr.runIDs[:0], rr.runPtrs[:0] }()
+	if len(rr.runIDs) == 0 {
+		return nil
+	}
+	if rr.stream && rr.streamable() {
+		return rr.streamRun()
+	}
+	// The plaintexts are lent until copied into p: their buffers then
+	// serve other runs.
+	res, err := rr.e.rd.Read(rr.ctx, &segread.Request{IDs: rr.runIDs, Ptrs: rr.runPtrs, Lend: true})
+	if rr.missed(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i, id := range rr.runIDs {
+		rr.placeFrom(id.Extent, res.Frames[i], 0, rr.vec != nil)
+	}
+	if rr.vec != nil {
+		rr.vec.loans = append(rr.vec.loans, res.Loan) // until the reply is sent
+	} else {
+		res.Loan.Release()
+	}
+	return nil
+}
+
+// streamable reports whether every frame of the run lies whole in
+// [off, off+len(p)).
+func (rr *rangeRead) streamable() bool {
+	for i, id := range rr.runIDs {
+		start := int64(id.Extent) * rr.es
+		if pl := int64(rr.runPtrs[i].PlainLen); start < rr.off || start+pl > rr.off+int64(len(rr.p)) || pl > rr.es {
+			return false
+		}
+	}
+	return true
+}
+
+// streamRun has the run's frames decrypted straight into p. With vec,
+// what the memory cache holds (fetched ahead behind a remote store) is
+// lent to the reply rather than copied.
+func (rr *rangeRead) streamRun() error {
+	p, off, es, vec := rr.p, rr.off, rr.es, rr.vec
+	dsts := make([][]byte, len(rr.runIDs))
+	for i, id := range rr.runIDs {
+		at := int64(id.Extent)*es - off
+		dsts[i] = p[at : at+int64(rr.runPtrs[i].PlainLen)]
+	}
+	res, err := rr.e.rd.Read(rr.ctx, &segread.Request{IDs: rr.runIDs, Ptrs: rr.runPtrs, Bufs: dsts, Lend: vec != nil})
+	if rr.missed(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	borrowed := false
+	for i, id := range rr.runIDs {
+		start := int64(id.Extent) * es
+		region := p[start-off : min(start+es, off+int64(len(p)))-off]
+		clear(region[rr.runPtrs[i].PlainLen:]) // zeroes past the stored bytes
+		switch {
+		case vec == nil:
+		case res.Frames[i] != nil:
+			borrowed = true
+			vec.vecs = append(vec.vecs, res.Frames[i])
+			if tail := region[rr.runPtrs[i].PlainLen:]; len(tail) > 0 {
+				vec.vecs = append(vec.vecs, tail)
+			}
+		default:
+			vec.vecs = append(vec.vecs, region)
+		}
+	}
+	if borrowed {
+		vec.loans = append(vec.loans, res.Loan) // until the reply is sent
+	} else {
+		res.Loan.Release()
+	}
+	return nil
 }

@@ -214,7 +214,7 @@ func (e *Engine) readSnapshot(ctx context.Context, snap *lsm.Snapshot, ino uint6
 	for idx := first; idx <= last; idx++ {
 		var data []byte
 		if ptr, ok := ptrs[idx]; ok {
-			if data, err = e.rd.Read(ctx, segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}, ptr); err != nil {
+			if data, err = readFrame(ctx, e.rd, segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}, ptr); err != nil {
 				return done, err
 			}
 		}

@@ -186,7 +186,7 @@ func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toE
 				// because the store is away for a while.
 				err = e.storeRead(ctx, "read "+segment.Key(x.ptr.Segment), func() error {
 					var err error
-					x.data, err = e.rd.Read(ctx, segment.FrameID{Ino: n.ino, Extent: x.idx, Gen: x.ptr.Gen}, x.ptr)
+					x.data, err = readFrame(ctx, e.rd, segment.FrameID{Ino: n.ino, Extent: x.idx, Gen: x.ptr.Gen}, x.ptr)
 					return err
 				})
 				if err != nil {

@@ -433,6 +433,7 @@ func (db *DB) Close() error {
 func (db *DB) close() error {
 	db.bgCancel()
 	close(db.stopCh)
+	db.unwatchReserve()
 	if err := db.Failed(); err != nil {
 		// Pebble, and a background goroutine of ours waiting on it, may
 		// be stuck on a lock a panic or a parked goroutine holds: leave

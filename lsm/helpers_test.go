@@ -69,6 +69,7 @@ func crash(db *DB) {
 	db.closeOnce.Do(func() {
 		db.bgCancel()
 		close(db.stopCh)
+		db.unwatchReserve()
 		db.wg.Wait()
 		db.closeMu.Lock()
 		db.closed = true

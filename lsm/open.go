@@ -79,8 +79,7 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 		}
 		db.wg.Add(1)
 		go db.publishLoop()
-		db.wg.Add(1)
-		go db.reserveLoop()
+		db.watchReserve()
 	}
 	o.Logger.Info("lsm: open", "epoch", db.epoch, "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest(), "read_only", o.ReadOnly)
 	return db, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/diskspace"
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
 )
@@ -74,6 +75,10 @@ type Options struct {
 	// filesystem (the disk cache) before the emergency reserve is
 	// released (reserve.go); it returns the bytes it freed.
 	MakeRoom func(n int64) int64
+	// Space, if set, runs the periodic check of the free space on Dir's
+	// filesystem (shared with the disk cache); otherwise the DB starts a
+	// watcher of its own.
+	Space *diskspace.Watcher
 
 	// Tune, if set, adjusts the Pebble options before Open (tests use it
 	// for tiny memtables). It must not change the Merger or Comparer.

@@ -8,7 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
+
+	"ebbfs.dev/ebbfs/internal/diskspace"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,10 +49,6 @@ const reserveCritical = memTableSize
 // reserveName is the reserve's file in Dir.
 const reserveName = "RESERVE"
 
-// reserveWatch is how often a background check looks at the free space
-// when nothing is committed.
-const reserveWatch = time.Second
-
 // ErrReserveReleased means the emergency reserve is released: the
 // filesystem of the local metadata had no room left.
 var ErrReserveReleased = fmt.Errorf("%w: its emergency reserve is in use", ErrLocalFull)
@@ -59,8 +56,10 @@ var ErrReserveReleased = fmt.Errorf("%w: its emergency reserve is in use", ErrLo
 type reserve struct {
 	mu       sync.Mutex // one check at a time
 	path     string
-	released atomic.Bool // deleted for lack of room, not re-created yet
-	created  bool        // made once (under mu): a later making is a return
+	own      *diskspace.Watcher // the watcher started for want of Options.Space
+	unwatch  func()             // stops the periodic check
+	released atomic.Bool        // deleted for lack of room, not re-created yet
+	created  bool               // made once (under mu): a later making is a return
 	free     atomic.Int64
 }
 
@@ -181,17 +180,36 @@ func (db *DB) makeReserve() error {
 	return err
 }
 
-// reserveLoop checks the reserve every reserveWatch, so that it is
-// released when the disk fills while nothing is committed.
-func (db *DB) reserveLoop() {
-	defer db.wg.Done()
-	for {
-		select {
-		case <-db.stopCh:
-			return
-		case <-time.After(reserveWatch):
-		}
-		db.checkReserve()
+// watchReserve has the reserve checked every diskspace.Every (on the
+// injected clock) by Options.Space, or a watcher of the DB's own, so that
+// it is released when the disk fills while nothing is committed.
+func (db *DB) watchReserve() {
+	space := db.opts.Space
+	if space == nil {
+		db.res.own = diskspace.Start(db.opts.Clock)
+		space = db.res.own
+	}
+	db.res.unwatch = space.Add(func() { db.checkReserve() })
+}
+
+// Space returns the watcher of the free space on Dir's filesystem that
+// the DB's reserve check runs on (Options.Space, or its own; nil for a
+// read-only DB), for others that watch the same filesystem to share. The
+// DB's own watcher stops when the DB closes.
+func (db *DB) Space() *diskspace.Watcher {
+	if db.opts.Space != nil || db.readOnly {
+		return db.opts.Space
+	}
+	return db.res.own
+}
+
+// unwatchReserve stops the periodic check, waiting for one in progress.
+func (db *DB) unwatchReserve() {
+	if db.res.unwatch != nil {
+		db.res.unwatch()
+	}
+	if db.res.own != nil {
+		db.res.own.Close()
 	}
 }
 

@@ -6,9 +6,23 @@ import (
 	"os"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/diskspace"
 	"ebbfs.dev/ebbfs/objstore"
 )
+
+// fakeDisk has StatfsDir report a filesystem of total bytes with the
+// returned number free (half of it to start with), until the test ends.
+func fakeDisk(t *testing.T, total int64) *atomic.Int64 {
+	avail := new(atomic.Int64)
+	avail.Store(total / 2)
+	prev := StatfsDir
+	StatfsDir = func(string) (int64, int64, error) { return total, avail.Load(), nil }
+	t.Cleanup(func() { StatfsDir = prev })
+	return avail
+}
 
 // TestReserveReleasedWhenFull: a writer holds ReserveSize bytes in
 // Dir/RESERVE. With the local filesystem below reserveCritical the file is
@@ -17,11 +31,7 @@ import (
 // with room for the reserve above the floor it is created again.
 func TestReserveReleasedWhenFull(t *testing.T) {
 	const total = 100 << 20
-	var avail atomic.Int64
-	avail.Store(total / 2)
-	prev := StatfsDir
-	StatfsDir = func(string) (int64, int64, error) { return total, avail.Load(), nil }
-	t.Cleanup(func() { StatfsDir = prev })
+	avail := fakeDisk(t, total)
 
 	s := objstore.NewMem()
 	o := testOpts(t, s, testKeys(t))
@@ -78,4 +88,32 @@ func TestReserveReleasedWhenFull(t *testing.T) {
 		t.Fatalf("publish with room again: %d, %v", seq, err)
 	}
 	wantVal(t, db, "a", "1")
+}
+
+// The periodic check runs on the injected clock, through the watcher it
+// is given: a disk that fills while nothing is committed has the reserve
+// released at the watcher's next look, not later, and not on wall time.
+func TestReserveWatchedOnInjectedClock(t *testing.T) {
+	const total = 100 << 20
+	avail := fakeDisk(t, total)
+
+	clk := clock.NewFake(time.Unix(1, 0))
+	space := diskspace.Start(clk)
+	defer space.Close()
+	o := testOpts(t, objstore.NewMem(), testKeys(t))
+	o.Space = space
+	db := mustOpen(t, o)
+	defer db.Close()
+	avail.Store(0)
+	if db.res.released.Load() {
+		t.Fatal("reserve released before anything looked")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !db.res.released.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher's check did not release the reserve on a full disk")
+		}
+		clk.Advance(diskspace.Every)
+		time.Sleep(time.Millisecond) // real time for the watcher to run; the fake clock decides when it does
+	}
 }

@@ -3,7 +3,8 @@ package lsm
 import (
 	"errors"
 	"fmt"
-	"syscall"
+
+	"ebbfs.dev/ebbfs/internal/diskspace"
 )
 
 // The local Pebble directory needs room on its filesystem: a memtable
@@ -26,13 +27,7 @@ var ErrLocalFull = errors.New("lsm: the filesystem of the local metadata directo
 
 // StatfsDir reports the size of dir's filesystem and the bytes free for
 // use. Tests replace it to fake a full disk.
-var StatfsDir = func(dir string) (total, avail int64, err error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
-}
+var StatfsDir = diskspace.Statfs
 
 // localRoom fails with ErrLocalFull when Dir's filesystem is below
 // LocalFloor. A statfs failure passes (the write reports its own error).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,7 +125,7 @@ func TestWriteAtDirect(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := WriteAtDirect(f, b, int64(c.off)); err != nil {
+		if err := directio.WriteAt(f, b, int64(c.off)); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		f.Close()

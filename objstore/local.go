@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/fileutil"
 	"golang.org/x/sys/unix"
 )
@@ -264,7 +265,7 @@ func (l *Local) writeTemp(data []byte) (name, etag string, err error) {
 		_ = os.Remove(name)
 		return "", "", err
 	}
-	if err := writeNew(f, data); err != nil {
+	if err := directio.WriteNew(f, data); err != nil {
 		return fail(err)
 	}
 	if !l.noXattr.Load() {
@@ -456,7 +457,7 @@ func (l *Local) readSmall(ctx context.Context, key string, off int64, dst []byte
 }
 
 // getSmall reads n bytes at off of key, a range readSmall may read, past
-// the page cache where it can (DirectFile), into buf (at least
+// the page cache where it can (directio.File), into buf (at least
 // n+SpanSlack bytes, for ReadSpan; nil: a buffer of its own, for
 // GetRange), and returns the slice holding them.
 func (l *Local) getSmall(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/worker"
 )
 
@@ -16,7 +17,7 @@ import (
 // fadvise, a pread and a close (the open and stat were a tenth of the
 // writer's CPU on cold 4 KiB random reads). A GetRange or ReadSpan that
 // the page cache does not hold goes past it, through the file's
-// DirectFile; a ReadRange (into the caller's buffer, which need not be
+// directio.File; a ReadRange (into the caller's buffer, which need not be
 // aligned) through the page cache.
 //
 // Only small reads (at most localRandomRead bytes) of keys under
@@ -44,7 +45,7 @@ type openFiles struct {
 
 type openFile struct {
 	f      *os.File
-	direct DirectFile // f's file again, in O_DIRECT mode, for reads not in the page cache
+	direct directio.File // f's file again, in O_DIRECT mode, for reads not in the page cache
 	size   int64
 	opened time.Time
 	refs   int
@@ -52,7 +53,7 @@ type openFile struct {
 }
 
 // openFilesMax bounds the files kept open (up to twice as many
-// descriptors, with their DirectFiles; Go raises the soft RLIMIT_NOFILE to
+// descriptors, with their directio.Files; Go raises the soft RLIMIT_NOFILE to
 // the hard one, which is far above this on any current distribution). A
 // 1 GiB file written at once spans about 80 segments: with 64 kept, a
 // random read opened one for every sixth read, and a GetRange of a 4 KiB

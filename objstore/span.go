@@ -3,10 +3,8 @@ package objstore
 import (
 	"context"
 	"fmt"
-	"os"
-	"unsafe"
 
-	"golang.org/x/sys/unix"
+	"ebbfs.dev/ebbfs/internal/directio"
 )
 
 // Spans: large reads of a local store that skip the page cache.
@@ -24,16 +22,15 @@ import (
 // Linux 6.5).
 
 // SpanSlack is the room a ReadSpan buffer needs beyond the span: a direct
-// read starts and ends on spanAlign boundaries, in memory and in the file.
-const SpanSlack = 3 * spanAlign
-
-// spanAlign is the alignment of a direct read's offset, length and memory:
-// the largest logical block size of a disk (4 KiB).
-const spanAlign = 4096
+// read starts and ends on block boundaries, in memory and in the file.
+const SpanSlack = directio.Slack
 
 // DirectMin is the smallest span read directly: below it, a read is a
 // random one, which the page cache serves better.
-const DirectMin = 256 << 10
+const DirectMin = directio.Min
+
+// spanAlign is the alignment of a direct read (tests).
+const spanAlign = directio.Align
 
 // SpanReader is a store that can read a range into a larger buffer,
 // placing it where it reads it best (ReadSpan).
@@ -60,7 +57,7 @@ func ReadSpan(ctx context.Context, s Store, key string, off int64, n int, buf []
 
 // ReadSpan implements SpanReader: a span that the page cache does not hold
 // whole is read with O_DIRECT (one of at most localRandomRead bytes
-// through the open-files cache's DirectFile, one of DirectMin or more
+// through the open-files cache's directio.File, one of DirectMin or more
 // through a descriptor of its own), anything else with pread through the
 // page cache (also where the filesystem refuses O_DIRECT, or the kernel
 // cannot tell what the page cache holds).
@@ -77,7 +74,7 @@ func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf 
 		return nil, err
 	}
 	defer func() { f.Close() }()
-	data, ok, usable := readDirect(f, off, n, buf)
+	data, ok, usable := directio.ReadDirect(f, off, n, buf)
 	if ok {
 		return data, nil
 	}
@@ -89,42 +86,4 @@ func (l *Local) ReadSpan(ctx context.Context, key string, off int64, n int, buf 
 	}
 	dst := buf[:n]
 	return dst, readAt(f, key, dst, off)
-}
-
-// readDirect reads [off, off+n) of f into buf with O_DIRECT, unless the
-// page cache holds all of it, and reports whether it did, and whether f
-// is still fit for pread through the page cache.
-func readDirect(f *os.File, off int64, n int, buf []byte) (data []byte, ok, usable bool) {
-	fd := int(f.Fd())
-	if cached(fd, off, int64(n)) {
-		return nil, false, true
-	}
-	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return nil, false, true
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags|unix.O_DIRECT); err != nil {
-		return nil, false, true // a filesystem without O_DIRECT
-	}
-	if data, ok := preadDirect(fd, off, n, buf); ok {
-		return data, true, false
-	}
-	_, err = unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
-	return nil, false, err == nil
-}
-
-// cached reports whether the page cache holds every page of [off, off+n)
-// of fd, as cachestat(2) counts them. Where the kernel lacks cachestat or
-// refuses it, it answers yes: the page cache then serves every read, as it
-// did before direct reads.
-func cached(fd int, off, n int64) bool {
-	rng := struct{ off, len uint64 }{uint64(off), uint64(n)}
-	var st struct{ cache, dirty, writeback, evicted, recentlyEvicted uint64 }
-	_, _, errno := unix.Syscall6(unix.SYS_CACHESTAT, uintptr(fd), uintptr(unsafe.Pointer(&rng)), uintptr(unsafe.Pointer(&st)), 0, 0, 0)
-	if errno != 0 {
-		return true
-	}
-	page := int64(os.Getpagesize())
-	pages := uint64((off+n-1)/page - off/page + 1)
-	return st.cache >= pages
 }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/fileutil"
+	"golang.org/x/sys/unix"
 )
 
 // openDirect opens path with O_DIRECT and returns the descriptor, for the
@@ -35,7 +35,7 @@ func openDirect(t *testing.T, path string) (int, bool) {
 // buffer, up to the object's last byte; one the cache holds, and a small
 // one, are read through it; ranges outside the object and buffers without
 // the slack are errors; the wrapping stores pass spans on and count them.
-// A DirectFile beside a descriptor of the file reads the same spans.
+// A directio.File beside a descriptor of the file reads the same spans.
 func TestReadSpanSkipsPageCache(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -95,7 +95,7 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pf.Close()
-	var df DirectFile
+	var df directio.File
 	for _, c := range cases {
 		evict()
 		alloc := make([]byte, c.shift+c.n+SpanSlack)
@@ -110,7 +110,7 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 		if k := resident(t, path, size); direct && k != 0 {
 			t.Fatalf("span [%d,+%d) read through the page cache: %d pages of the object in it", c.off, c.n, k)
 		}
-		// The same span through a DirectFile beside a descriptor of the
+		// The same span through a directio.File beside a descriptor of the
 		// file (the disk cache's reads).
 		evict()
 		clear(buf)
@@ -135,7 +135,7 @@ func TestReadSpanSkipsPageCache(t *testing.T) {
 	df.Close()
 	evict()
 	if _, ok := df.Read(pf, 0, 4096, nil); ok {
-		t.Fatal("a closed DirectFile read")
+		t.Fatal("a closed directio.File read")
 	}
 	var data []byte
 

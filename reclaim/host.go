@@ -7,6 +7,7 @@ import (
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // Host is what reclamation needs from the filesystem engine; *fs.Engine
@@ -22,7 +23,7 @@ type Host interface {
 	DB() *lsm.DB
 	// Reader is the engine's segment reader (its caches are told to forget
 	// deleted segments).
-	Reader() *segment.Reader
+	Reader() *segread.Reader
 	// BarrierCutoff runs the barrier and, under the same publication
 	// barrier, returns the cycle's cutoff: every segment below it is
 	// sealed, fully committed and durable; segments still in flight are

@@ -55,7 +55,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
-	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // ErrClosed is returned by RunNow and SweepNow after Close.
@@ -68,7 +68,7 @@ type Reclaimer struct {
 	clk   clock.Clock
 	log   *slog.Logger
 	store *objstore.Counting // every request reclamation sends goes through it
-	rd    *segment.Reader    // uncached reader over store, for repack fetches
+	rd    *segread.Reader    // uncached reader over store, for repack fetches
 	meta  chan struct{}      // MetaParallel tokens shared by all jobs
 
 	notify chan struct{} // buffered 1, written without blocking
@@ -132,7 +132,7 @@ func New(o Options) (*Reclaimer, error) {
 	if o.Checkpoints == nil {
 		o.Checkpoints = storeCheckpoints{cs}
 	}
-	rd, err := segment.NewReader(segment.ReaderOptions{Store: cs, Keys: o.Keys, MemoryBytes: -1, Logger: o.Logger})
+	rd, err := segread.NewReader(segread.ReaderOptions{Store: cs, Keys: o.Keys, MemoryBytes: -1, Logger: o.Logger})
 	if err != nil {
 		return nil, err
 	}

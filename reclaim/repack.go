@@ -12,6 +12,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // repackJob is one selection: sources rewritten into one output.
@@ -285,7 +286,7 @@ func (r *Reclaimer) repointChunk() int {
 }
 
 // groupRuns splits one source's live frames (any order) into runs each
-// fetched with one ranged GET: gaps up to segment.MaxRunGap are read
+// fetched with one ranged GET: gaps up to segread.MaxRunGap are read
 // through, and a run stops at MaxRunBytes.
 func groupRuns(src uint64, live []liveFrame) []frameRun {
 	sort.Slice(live, func(a, b int) bool { return live[a].e.Offset < live[b].e.Offset })
@@ -296,7 +297,7 @@ func groupRuns(src uint64, live []liveFrame) []frameRun {
 			last := runs[n-1].frames[len(runs[n-1].frames)-1]
 			prevEnd := uint64(last.e.Offset) + uint64(last.e.Length)
 			end := uint64(lf.e.Offset) + uint64(lf.e.Length)
-			if uint64(lf.e.Offset)-prevEnd <= segment.MaxRunGap && end-start <= MaxRunBytes {
+			if uint64(lf.e.Offset)-prevEnd <= segread.MaxRunGap && end-start <= MaxRunBytes {
 				runs[n-1].frames = append(runs[n-1].frames, lf)
 				continue
 			}
@@ -335,7 +336,8 @@ func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun, live *Repack
 				ids[k] = lf.e.ID()
 				ps[k] = lf.e.Pointer(run.src)
 			}
-			bufs, err := r.rd.ReadEncodedVerified(ctx, ids, ps)
+			res, err := r.rd.Read(ctx, &segread.Request{IDs: ids, Ptrs: ps, Want: segread.Verified})
+			bufs := res.Frames
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {

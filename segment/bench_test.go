@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment/segtest"
 )
 
 var benchCodecs = []Codec{CodecNone, CodecLZ4, CodecZstd}
@@ -57,18 +58,7 @@ const benchSegmentBytes = 32 << 20
 
 // benchExtents returns 32 MiB of extents, three quarters text-like and one
 // quarter random, as a file system might hold.
-func benchExtents() [][]byte {
-	n := benchSegmentBytes / ExtentSize
-	out := make([][]byte, n)
-	for i := range out {
-		if i%4 == 3 {
-			out[i] = randomExtent(ExtentSize)
-		} else {
-			out[i] = textExtent(uint64(i), ExtentSize)
-		}
-	}
-	return out
-}
+func benchExtents() [][]byte { return segtest.BenchExtents(benchSegmentBytes, ExtentSize) }
 
 func newBenchLocal(b *testing.B) objstore.Store {
 	s, err := objstore.NewLocal(b.TempDir())
@@ -104,75 +94,6 @@ func BenchmarkSegmentWrite(b *testing.B) {
 			b.ReportMetric(float64(size)/benchSegmentBytes, "ratio")
 		})
 	}
-}
-
-func BenchmarkSegmentRead(b *testing.B) {
-	k := testKeys(b)
-	exts := benchExtents()
-	s := newBenchLocal(b)
-	ctx := context.Background()
-	const seg = 1
-	bl := NewBuilder(k, seg, CodecLZ4)
-	var ids []FrameID
-	var ps []Pointer
-	for i, e := range exts {
-		id := FrameID{Ino: 1, Extent: uint64(i), Gen: 1}
-		ids, ps = append(ids, id), append(ps, bl.Add(id, e))
-	}
-	data := bl.Finish()
-	if err := Upload(ctx, s, seg, data); err != nil {
-		b.Fatal(err)
-	}
-	// Cold reads: no caches, so every byte comes from the store.
-	newReader := func(b *testing.B) *Reader {
-		r, err := NewReader(ReaderOptions{Store: s, Keys: k, MemoryBytes: -1, Logger: discardLogger()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return r
-	}
-	b.Run("run1MiB", func(b *testing.B) {
-		r := newReader(b)
-		b.SetBytes(benchSegmentBytes)
-		for b.Loop() {
-			if _, _, err := r.ReadDirectory(ctx, seg, int64(len(data))); err != nil {
-				b.Fatal(err)
-			}
-			for i := 0; i < len(ps); i += 32 {
-				if _, err := r.ReadRun(ctx, ids[i:i+32], ps[i:i+32]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	})
-	b.Run("frame", func(b *testing.B) {
-		r := newReader(b)
-		b.SetBytes(benchSegmentBytes)
-		for b.Loop() {
-			for i := range ps {
-				if _, err := r.Read(ctx, ids[i], ps[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	})
-	b.Run("memhit", func(b *testing.B) {
-		r, err := NewReader(ReaderOptions{Store: s, Keys: k, MemoryBytes: 64 << 20, Logger: discardLogger()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range ps {
-			r.Read(ctx, ids[i], ps[i])
-		}
-		b.SetBytes(benchSegmentBytes)
-		for b.Loop() {
-			for i := range ps {
-				if _, err := r.Read(ctx, ids[i], ps[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-	})
 }
 
 // BenchmarkOpenInto compares authenticating and decrypting a 32 KiB raw

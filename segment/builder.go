@@ -64,17 +64,17 @@ func (b *Builder) Add(id FrameID, plain []byte) Pointer {
 // sealGroup is how many consecutive frames of AddFrames share a nonce
 // prefix (keys.Sealer): with XAES-256-GCM, one key derivation, AES key
 // schedule and GCM setup per group rather than per frame, for the writer
-// and for a reader of the run (segment.Reader decrypting a run keeps the
+// and for a reader of the run (segread.Reader decrypting a run keeps the
 // key of the last prefix it saw). The pieces of one group, at most 64,
 // are AES-256-GCM messages with random 96-bit nonces under the derived
 // key: far inside its limits. Per frame, that setup cost about 6% of a
 // cold read's CPU on this machine (bench/README.md).
 const sealGroup = 8
 
-// groupSize is how many consecutive frames of n one goroutine takes at a
-// time, of workers: up to sealGroup, and few enough that every worker has
-// some.
-func groupSize(n, workers int) int {
+// SealGroupSize is how many consecutive frames of n one goroutine takes at
+// a time, of workers: up to the frames sealed under one nonce prefix, and
+// few enough that every worker has some.
+func SealGroupSize(n, workers int) int {
 	return min(max((n+workers-1)/max(workers, 1), 1), sealGroup)
 }
 
@@ -107,14 +107,13 @@ func (b *Builder) AddFrames(ids []FrameID, plains [][]byte, workers int) []Point
 	buf := b.buf[:base+slots[len(plains)]]
 
 	frames := make([][]byte, len(plains))
-	per := groupSize(len(plains), workers)
-	forEach((len(plains)+per-1)/per, workers, func(g int) {
+	ForEachGroup(len(plains), SealGroupSize(len(plains), workers), workers, func(lo, hi int) {
 		var s *keys.Sealer
 		if b.k.Pieced {
 			own := b.k.Data.NewSealer()
 			s = &own
 		}
-		for i := g * per; i < min((g+1)*per, len(plains)); i++ {
+		for i := lo; i < hi; i++ {
 			lo, hi := base+slots[i], base+slots[i+1]
 			frames[i] = encodeFrame(buf[lo:lo:hi], b.k, s, ids[i], plains[i], b.codec)
 		}
@@ -214,6 +213,14 @@ func (b *Builder) Finish() []byte {
 	b.sealed = out
 	b.buf = out[:n:n]
 	return out
+}
+
+// ForEachGroup calls f(lo, hi) for each run [lo, hi) of up to per
+// consecutive indices of [0, n), on up to workers goroutines, and returns
+// when all calls have.
+func ForEachGroup(n, per, workers int, f func(lo, hi int)) {
+	per = max(per, 1)
+	forEach((n+per-1)/per, workers, func(c int) { f(c*per, min((c+1)*per, n)) })
 }
 
 // forEach calls f(0) ... f(n-1) on up to workers goroutines and returns

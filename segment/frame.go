@@ -291,17 +291,19 @@ func checkFrameLen(frame []byte, plainLen int) error {
 }
 
 func decodeFrameTo(dst []byte, k *keys.Keys, id FrameID, frame []byte, plainLen int) ([]byte, error) {
-	return decodeFrameWith(dst, k, nil, id, frame, plainLen)
+	return DecodeFrameWith(dst, k, nil, id, frame, plainLen)
 }
 
-// decodeFrameWith is decodeFrameTo opening a pieced frame with o (nil: an
-// Opener of its own).
-func decodeFrameWith(dst []byte, k *keys.Keys, o *keys.Opener, id FrameID, frame []byte, plainLen int) ([]byte, error) {
+// DecodeFrameWith decodes frame, the frame of plainLen plain bytes sealed
+// for id, appending its plaintext to dst (decrypted straight into dst when
+// it has room), and opens a pieced frame with o (nil: an Opener of its
+// own).
+func DecodeFrameWith(dst []byte, k *keys.Keys, o *keys.Opener, id FrameID, frame []byte, plainLen int) ([]byte, error) {
 	if err := checkFrameLen(frame, plainLen); err != nil {
 		return nil, err
 	}
 	if Pieced(len(frame), plainLen) {
-		return openPiecesTo(grow(dst, plainLen), false, k, o, id, plainLen, 0, frame)
+		return OpenPiecesTo(grow(dst, plainLen), false, k, o, id, plainLen, 0, frame)
 	}
 	// Decrypt into a pooled scratch buffer and only then into dst (or a
 	// new slice of exactly plainLen bytes): codec byte and payload do not

@@ -2,32 +2,15 @@ package segment
 
 import (
 	"bytes"
-	"context"
-	"crypto/rand"
-	"fmt"
 	"log/slog"
-	mrand "math/rand/v2"
-	"sync"
 	"testing"
 
 	"ebbfs.dev/ebbfs/internal/keys"
-	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment/segtest"
 )
 
 // testKeys returns fresh keys without running the KDF.
-func testKeys(tb testing.TB) *keys.Keys {
-	tb.Helper()
-	k := &keys.Keys{Pieced: true}
-	rand.Read(k.UUID[:])
-	raw := make([]byte, 32)
-	rand.Read(raw)
-	a, err := keys.NewAEAD(raw)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	k.Data, k.Meta = a, a
-	return k
-}
+func testKeys(tb testing.TB) *keys.Keys { return segtest.Keys(tb) }
 
 // fixedKeys returns deterministic keys (fuzz seeds).
 func fixedKeys() *keys.Keys {
@@ -41,95 +24,9 @@ func fixedKeys() *keys.Keys {
 	return k
 }
 
-// textExtent returns n bytes of compressible, text-like data.
-func textExtent(seed uint64, n int) []byte {
-	r := mrand.New(mrand.NewPCG(seed, 1))
-	words := []string{"the", "segment", "frame", "extent", "object", "store", "ebbfs", "reclaim", "pointer", "directory", "footer", "\n"}
-	var b bytes.Buffer
-	for b.Len() < n {
-		b.WriteString(words[r.IntN(len(words))])
-		b.WriteByte(' ')
-		fmt.Fprintf(&b, "%d ", r.IntN(1000))
-	}
-	return b.Bytes()[:n]
-}
+func textExtent(seed uint64, n int) []byte { return segtest.TextExtent(seed, n) }
 
-// randomExtent returns n incompressible bytes.
-func randomExtent(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
-}
-
-// countingStore counts requests by kind. (objstore grows its own wrapper;
-// this one keeps the package's tests self-contained.)
-type countingStore struct {
-	objstore.Store
-	mu     sync.Mutex
-	counts map[string]int
-	ranges [][2]int64
-}
-
-func newCounting(s objstore.Store) *countingStore {
-	return &countingStore{Store: s, counts: map[string]int{}}
-}
-
-func (c *countingStore) inc(kind string) {
-	c.mu.Lock()
-	c.counts[kind]++
-	c.mu.Unlock()
-}
-
-func (c *countingStore) count(kind string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.counts[kind]
-}
-
-func (c *countingStore) total() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, v := range c.counts {
-		n += v
-	}
-	return n
-}
-
-func (c *countingStore) reset() {
-	c.mu.Lock()
-	c.counts = map[string]int{}
-	c.ranges = nil
-	c.mu.Unlock()
-}
-
-func (c *countingStore) Put(ctx context.Context, key string, data []byte, o objstore.PutOptions) (string, error) {
-	c.inc("put")
-	return c.Store.Put(ctx, key, data, o)
-}
-
-func (c *countingStore) Get(ctx context.Context, key string) ([]byte, error) {
-	c.inc("get")
-	return c.Store.Get(ctx, key)
-}
-
-func (c *countingStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
-	c.inc("getrange")
-	c.mu.Lock()
-	c.ranges = append(c.ranges, [2]int64{off, n})
-	c.mu.Unlock()
-	return c.Store.GetRange(ctx, key, off, n)
-}
-
-func (c *countingStore) Head(ctx context.Context, key string) (objstore.ObjectInfo, error) {
-	c.inc("head")
-	return c.Store.Head(ctx, key)
-}
-
-func (c *countingStore) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
-	c.inc("list")
-	return c.Store.List(ctx, prefix, after, limit)
-}
+func randomExtent(n int) []byte { return segtest.RandomExtent(n) }
 
 // buildSegment builds a segment of n extents alternating text and random
 // data, returning the object bytes, the frame ids, the plaintexts and the
@@ -166,13 +63,4 @@ func openTo(k *keys.Keys, id FrameID, frame []byte, plainLen int) (plain []byte,
 		return nil, false, err
 	}
 	return out, plainLen == 0 || &out[0] == &dst[0], nil
-}
-
-// get is entry's plaintext, for tests.
-func (c *memCache) get(seg uint64, off uint32, id FrameID) ([]byte, bool) {
-	e := c.entry(seg, off, id)
-	if e == nil {
-		return nil, false
-	}
-	return e.data, true
 }

@@ -18,16 +18,19 @@ import (
 // is an error wrapping ErrCorrupt, logged at error level; a missing object
 // is an error wrapping objstore.ErrNotFound.
 func ReadDirectory(ctx context.Context, s objstore.Store, k *keys.Keys, segID uint64, size int64) (Footer, []DirEntry, error) {
-	return readDirectory(ctx, s.GetRange, k, segID, size, slog.Default())
+	return ReadDirectoryVia(ctx, s.GetRange, k, segID, size, slog.Default())
 }
 
-type getRangeFunc func(ctx context.Context, key string, off, n int64) ([]byte, error)
+// GetRangeFunc reads n bytes at off of the object named key.
+type GetRangeFunc func(ctx context.Context, key string, off, n int64) ([]byte, error)
 
-func readDirectory(ctx context.Context, get getRangeFunc, k *keys.Keys, segID uint64, size int64, log *slog.Logger) (Footer, []DirEntry, error) {
+// ReadDirectoryVia is ReadDirectory with the ranged reads made by get and
+// corruption logged to log.
+func ReadDirectoryVia(ctx context.Context, get GetRangeFunc, k *keys.Keys, segID uint64, size int64, log *slog.Logger) (Footer, []DirEntry, error) {
 	key := Key(segID)
 	corrupt := func(off int64, reason string, err error) (Footer, []DirEntry, error) {
 		ce := &CorruptError{Key: key, Offset: off, Reason: reason, Err: err}
-		logCorrupt(log, ce)
+		LogCorrupt(log, ce)
 		return Footer{}, nil, ce
 	}
 	if size < FooterSize+keys.Overhead {
@@ -55,14 +58,15 @@ func readDirectory(ctx context.Context, get getRangeFunc, k *keys.Keys, segID ui
 	if err != nil {
 		var ce *CorruptError
 		if errors.As(err, &ce) {
-			logCorrupt(log, ce)
+			LogCorrupt(log, ce)
 		}
 		return Footer{}, nil, err
 	}
 	return f, entries, nil
 }
 
-func logCorrupt(log *slog.Logger, ce *CorruptError) {
+// LogCorrupt logs a corrupt segment object at error level, once per finding.
+func LogCorrupt(log *slog.Logger, ce *CorruptError) {
 	log.Error("segment object is corrupt", "object", ce.Key, "offset", ce.Offset, "err", ce.Error())
 }
 

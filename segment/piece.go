@@ -31,8 +31,8 @@ import (
 // only as itself, in its place, in its frame.
 const PieceSize = 4096
 
-// pieceOverhead is what each piece adds: its nonce and tag.
-const pieceOverhead = keys.Overhead
+// PieceOverhead is what each piece adds: its nonce and tag.
+const PieceOverhead = keys.Overhead
 
 const pieceAADMagic = "ebbfs-piece-v1"
 
@@ -42,7 +42,7 @@ const pieceAADLen = len(pieceAADMagic) + 16 + 3*8 + 2*4
 func pieceCount(plainLen int) int { return (plainLen + PieceSize - 1) / PieceSize }
 
 // PiecedLen is the length of the pieced frame of plainLen bytes.
-func PiecedLen(plainLen int) int { return plainLen + pieceCount(plainLen)*pieceOverhead }
+func PiecedLen(plainLen int) int { return plainLen + pieceCount(plainLen)*PieceOverhead }
 
 // Pieced reports whether a frame of frameLen bytes holding plainLen plain
 // bytes is sealed in pieces.
@@ -84,14 +84,14 @@ func sealPieces(dst []byte, k *keys.Keys, s *keys.Sealer, id FrameID, plain []by
 	return dst
 }
 
-// pieceSpan returns the pieces of a pieced frame of plainLen bytes that
+// PieceSpan returns the pieces of a pieced frame of plainLen bytes that
 // hold plaintext [from, to) (0 <= from < to <= plainLen): the first one's
 // index, and the byte range [a, b) they take in the frame.
-func pieceSpan(plainLen, from, to int) (first, a, b int) {
+func PieceSpan(plainLen, from, to int) (first, a, b int) {
 	first = from / PieceSize
 	end := (to + PieceSize - 1) / PieceSize
-	a = first * (PieceSize + pieceOverhead)
-	b = min(end*(PieceSize+pieceOverhead), PiecedLen(plainLen))
+	a = first * (PieceSize + PieceOverhead)
+	b = min(end*(PieceSize+PieceOverhead), PiecedLen(plainLen))
 	return first, a, b
 }
 
@@ -99,7 +99,7 @@ func pieceSpan(plainLen, from, to int) (first, a, b int) {
 // pieced frame of plainLen bytes sealed for id starting with piece first,
 // and appends their plaintext to dst.
 func openPieces(dst []byte, k *keys.Keys, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
-	return openPiecesTo(dst, false, k, nil, id, plainLen, first, span)
+	return OpenPiecesTo(dst, false, k, nil, id, plainLen, first, span)
 }
 
 // openPiecesInPlace is openPieces decrypting over span: it returns
@@ -107,13 +107,16 @@ func openPieces(dst []byte, k *keys.Keys, id FrameID, plainLen, first int, span 
 // gaps of the nonces and tags (piece i lands at (i-first)*PieceSize, before
 // the bytes of the pieces after it). span is destroyed either way.
 func openPiecesInPlace(k *keys.Keys, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
-	return openPiecesTo(span[:0], true, k, nil, id, plainLen, first, span)
+	return OpenPiecesTo(span[:0], true, k, nil, id, plainLen, first, span)
 }
 
-// openPiecesTo is openPieces (or, inPlace, openPiecesInPlace) opening the
-// pieces with o, which keeps the key it derived for the frames after this
-// one (nil: an Opener of its own).
-func openPiecesTo(dst []byte, inPlace bool, k *keys.Keys, o *keys.Opener, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
+// OpenPiecesTo authenticates and decrypts span, consecutive pieces of the
+// pieced frame of plainLen bytes sealed for id starting with piece first,
+// and appends their plaintext to dst; or, inPlace (dst then span[:0]),
+// decrypts over span, each piece's plaintext moved down to close the gaps
+// of the nonces and tags. It opens the pieces with o, which keeps the key
+// it derived for the frames after this one (nil: an Opener of its own).
+func OpenPiecesTo(dst []byte, inPlace bool, k *keys.Keys, o *keys.Opener, id FrameID, plainLen, first int, span []byte) ([]byte, error) {
 	if o == nil {
 		own := k.Data.NewOpener()
 		o = &own
@@ -122,7 +125,7 @@ func openPiecesTo(dst []byte, inPlace bool, k *keys.Keys, o *keys.Opener, id Fra
 	var ab [pieceAADLen]byte
 	at := 0
 	for i := first; at < len(span); i++ {
-		m := min(PieceSize, plainLen-i*PieceSize) + pieceOverhead
+		m := min(PieceSize, plainLen-i*PieceSize) + PieceOverhead
 		if i >= n || m > len(span)-at {
 			return nil, fmt.Errorf("frame (ino %d, extent %d, gen %d): %d bytes of pieces from piece %d of %d do not end at a piece: %w",
 				id.Ino, id.Extent, id.Gen, len(span), first, n, ErrCorrupt)

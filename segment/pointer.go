@@ -1,8 +1,8 @@
 // Package segment owns ebbfs data on the object store: the frame codec
 // (compress, then seal one extent), the segment object format (frames, a
 // sealed directory, a fixed 64-byte footer), the in-memory builder that
-// collects frames for one segment, upload, and the read path with its memory
-// and disk caches.
+// collects frames for one segment, and upload. Reading frames back, with
+// the memory and disk caches, is package segread.
 //
 // The byte-level formats are described in docs/FORMAT.md (segment section).
 package segment

@@ -111,7 +111,7 @@ func TestSegmentFlippedByteAnywhere(t *testing.T) {
 		if _, err := mem.Put(ctx, Key(segID), obj, objstore.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		_, ents, err := readDirectory(ctx, mem.GetRange, k, segID, int64(len(obj)), discardLogger())
+		_, ents, err := ReadDirectoryVia(ctx, mem.GetRange, k, segID, int64(len(obj)), discardLogger())
 		if err != nil {
 			return err
 		}
@@ -271,7 +271,7 @@ func testSealGroups(t *testing.T, k *keys.Keys) {
 	ps := b.AddFrames(ids, plains, 1) // one worker: groups of sealGroup
 	data := b.Finish()
 	prefix := func(i, piece int) []byte {
-		at := int(ps[i].Offset) + piece*(PieceSize+pieceOverhead)
+		at := int(ps[i].Offset) + piece*(PieceSize+PieceOverhead)
 		return data[at : at+12]
 	}
 	own := map[string]bool{}
@@ -283,7 +283,7 @@ func testSealGroups(t *testing.T, k *keys.Keys) {
 			if !bytes.Equal(prefix(i, piece), prefix(i-i%sealGroup, 0)) {
 				t.Fatalf("frame %d piece %d: nonce prefix differs from its group's", i, piece)
 			}
-			at := int(ps[i].Offset) + piece*(PieceSize+pieceOverhead)
+			at := int(ps[i].Offset) + piece*(PieceSize+PieceOverhead)
 			key := string(data[at+12 : at+24])
 			if own[key] {
 				t.Fatalf("frame %d piece %d: nonce bytes repeated", i, piece)
@@ -294,23 +294,27 @@ func testSealGroups(t *testing.T, k *keys.Keys) {
 			t.Fatalf("frame %d starts a group but shares the previous group's prefix", i)
 		}
 	}
-	r, err := NewReader(ReaderOptions{Store: objstore.NewMem(), Keys: k, Logger: discardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	for _, workers := range []int{1, 2, 0} { // 0: an Opener per frame
 		got := make([][]byte, n)
 		errs := make([]error, n)
 		decode := func(o *keys.Opener, j int) {
-			got[j], errs[j] = decodeFrameWith(nil, k, o, ids[j], data[ps[j].Offset:ps[j].End()], ExtentSize)
+			got[j], errs[j] = DecodeFrameWith(nil, k, o, ids[j], data[ps[j].Offset:ps[j].End()], ExtentSize)
 		}
 		if workers == 0 {
 			for j := range n {
 				decode(nil, j)
 			}
-		} else {
-			r.decodeEach(n, workers, decode)
+		} else { // as segread's reader does: an Opener per group
+			chunk := n
+			if workers > 1 {
+				chunk = SealGroupSize(n, workers)
+			}
+			ForEachGroup(n, chunk, workers, func(lo, hi int) {
+				o := k.Data.NewOpener()
+				for j := lo; j < hi; j++ {
+					decode(&o, j)
+				}
+			})
 		}
 		for j := range n {
 			if errs[j] != nil || !bytes.Equal(got[j], plains[j]) {

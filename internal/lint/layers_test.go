@@ -16,7 +16,7 @@ const module = "ebbfs.dev/ebbfs/"
 // shared are the small internal pieces any layer may use (DESIGN section 1:
 // clock, failpoints, key derivation; and the retry loop, histograms,
 // atomic file writes and buffers on huge pages).
-var shared = []string{"internal/clock", "internal/failpoint", "internal/fileutil", "internal/hugemem", "internal/keys", "internal/retry", "internal/stats", "internal/worker"}
+var shared = []string{"internal/clock", "internal/directio", "internal/diskspace", "internal/failpoint", "internal/fileutil", "internal/hugemem", "internal/keys", "internal/retry", "internal/stats", "internal/worker"}
 
 // layers lists, for every package of the module, the packages of the
 // module its non-test files may import (DESIGN section 1: imports go
@@ -28,17 +28,19 @@ var layers = map[string][]string{
 	// endpoint; telemetry, the monitor and the mount helper sit below it
 	// and beside each other.
 	"internal/daemon":      {"fs", "fs/fuse", "nbd", "reclaim", "checkpoint", "objstore", "internal/admin", "internal/config", "internal/telemetry", "internal/mountinfo", "internal/clock", "internal/failpoint", "internal/keys", "internal/stats", "internal/worker"},
-	"internal/telemetry":   {"fs", "reclaim", "checkpoint", "segment", "objstore", "internal/clock", "internal/stats", "internal/worker"},
+	"internal/telemetry":   {"fs", "reclaim", "checkpoint", "segment", "segread", "objstore", "internal/clock", "internal/stats", "internal/worker"},
 	"internal/monitor":     {"internal/telemetry", "internal/admin", "checkpoint", "internal/stats"},
 	"internal/mounthelper": {"fs/fuse", "internal/config", "internal/mountinfo"},
 	"fs/fuse":              {"fs"},
 	"nbd":                  {"fs"},
-	"fs":                   {"lsm", "lsm/schema", "segment", "checkpoint", "objstore"},
-	"reclaim":              {"lsm", "lsm/schema", "segment", "checkpoint", "objstore"},
+	"fs":                   {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
+	"reclaim":              {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
 	"checkpoint":           {"lsm", "lsm/schema", "objstore"},
 	"lsm":                  {"lsm/schema", "objstore"},
 	"lsm/schema":           {},
+	"segread":              {"segment", "objstore"},
 	"segment":              {"objstore"},
+	"segment/segtest":      {},
 	"objstore":             {},
 	"objstore/storetest":   {"objstore"},
 	"internal/admin":       {"internal/worker"},
@@ -49,6 +51,8 @@ var layers = map[string][]string{
 	"internal/keys":        {},
 	"internal/retry":       {"internal/clock"},
 	"internal/worker":      {"internal/clock"},
+	"internal/diskspace":   {"internal/clock", "internal/worker"},
+	"internal/directio":    {},
 	"internal/testutil":    {"*"},
 	"internal/stats":       {},
 	"internal/fileutil":    {},

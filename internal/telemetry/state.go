@@ -15,7 +15,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
-	"ebbfs.dev/ebbfs/segment"
+	"ebbfs.dev/ebbfs/segread"
 )
 
 // RouteMonitor serves State: everything `ebbfs monitor` and the
@@ -65,7 +65,7 @@ type State struct {
 
 	Engine      fs.StatsSnapshot    `json:"engine"`
 	DirtyBytes  int64               `json:"dirty_bytes"`
-	Cache       segment.ReaderStats `json:"cache"`
+	Cache       segread.ReaderStats `json:"cache"`
 	MemoryRSS   int64               `json:"memory_rss"`
 	MemoryLimit int64               `json:"memory_limit"`
 

@@ -1,6 +1,10 @@
-package segment
+package segread
 
-import "container/list"
+import (
+	"container/list"
+
+	"ebbfs.dev/ebbfs/segment"
+)
 
 // memEntryOverhead approximates the bookkeeping cost of one cached frame,
 // counted against the byte budget.
@@ -10,7 +14,7 @@ const memEntryOverhead = 128
 type memEntry struct {
 	seg  uint64
 	off  uint32
-	id   FrameID
+	id   segment.FrameID
 	data []byte
 	run  *memRun
 }
@@ -29,7 +33,7 @@ type memRun struct {
 	// runBufs) gives it back for reuse once it has left the cache and no
 	// caller can still read it: refs counts loans not yet released
 	// (ReadRunLent), and escaped is set when a frame of the run was
-	// handed out with no release (Read, ReadRun, ReadPart), after which
+	// handed out with no release (readFrame, readRun, readPart), after which
 	// the buffer is left to the garbage collector. The Reader's lock
 	// guards these fields.
 	buf     []byte
@@ -63,7 +67,7 @@ func newMemCache(max int64) *memCache {
 
 // entry returns the cached frame at (seg, off) sealed for id, refreshing
 // its run, or nil.
-func (c *memCache) entry(seg uint64, off uint32, id FrameID) *memEntry {
+func (c *memCache) entry(seg uint64, off uint32, id segment.FrameID) *memEntry {
 	e, ok := c.m[seg][off]
 	if !ok || e.id != id {
 		return nil
@@ -73,21 +77,21 @@ func (c *memCache) entry(seg uint64, off uint32, id FrameID) *memEntry {
 }
 
 // put caches one frame (the cache now shares data).
-func (c *memCache) put(seg uint64, off uint32, id FrameID, data []byte) {
-	c.putRun(seg, []uint32{off}, []FrameID{id}, [][]byte{data}, int64(len(data)))
+func (c *memCache) put(seg uint64, off uint32, id segment.FrameID, data []byte) {
+	c.putRun(seg, []uint32{off}, []segment.FrameID{id}, [][]byte{data}, int64(len(data)))
 }
 
 // putRun caches the frames of one run of segment seg; bytes is the memory
 // they hold (the shared buffer plus any frame data outside it). A frame
 // already cached keeps its entry.
-func (c *memCache) putRun(seg uint64, offs []uint32, ids []FrameID, datas [][]byte, bytes int64) {
+func (c *memCache) putRun(seg uint64, offs []uint32, ids []segment.FrameID, datas [][]byte, bytes int64) {
 	c.add(seg, &memRun{}, offs, ids, datas, bytes)
 }
 
 // add is putRun for a run the caller made (and may hold on to); it
 // reports whether the run is cached (none of its frames may be new, or it
 // may be larger than the whole cache).
-func (c *memCache) add(seg uint64, r *memRun, offs []uint32, ids []FrameID, datas [][]byte, bytes int64) bool {
+func (c *memCache) add(seg uint64, r *memRun, offs []uint32, ids []segment.FrameID, datas [][]byte, bytes int64) bool {
 	r.cost = bytes + int64(len(offs))*memEntryOverhead
 	if r.cost > c.max {
 		return false

@@ -1,4 +1,4 @@
-package objstore
+package directio
 
 import (
 	"os"
@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// writeNew writes data to f, a new empty file, from offset 0. An object of
-// DirectMin bytes or more whose buffer starts on a spanAlign boundary (a
+// WriteNew writes data to f, a new empty file, from offset 0. An object of
+// Min bytes or more whose buffer starts on a Align boundary (a
 // segment, among others: the Go heap gives large buffers whole pages) has
 // its whole blocks written with O_DIRECT and only its last partial block
 // through the page cache. The disk then reads the bytes straight from data: no
@@ -16,20 +16,20 @@ import (
 // and no second copy of every sealed byte crowding the page cache, where
 // the mounted files' plaintext already is. A filesystem that refuses
 // O_DIRECT, and any other buffer, get a plain write.
-func writeNew(f *os.File, data []byte) error {
-	return WriteAtDirect(f, data, 0)
+func WriteNew(f *os.File, data []byte) error {
+	return WriteAt(f, data, 0)
 }
 
-// WriteAtDirect writes b at off of f as f.WriteAt would, but writes the
-// whole blocks inside it, when they are DirectMin bytes or more and their
+// WriteAt writes b at off of f as f.WriteAt would, but writes the
+// whole blocks inside it, when they are Min bytes or more and their
 // bytes in b start on a block boundary of memory too, with O_DIRECT: only
 // the partial blocks at either end go through the page cache. The copy
 // into the page cache is no small cost: for the disk cache it took more
 // CPU than sealing the bytes (bench/README.md, "Figures behind the code's
 // constants"). A filesystem that refuses
 // O_DIRECT gets a plain write. f must not be in O_APPEND mode.
-func WriteAtDirect(f *os.File, b []byte, off int64) error {
-	head := int(-off & (spanAlign - 1))
+func WriteAt(f *os.File, b []byte, off int64) error {
+	head := int(-off & (Align - 1))
 	if head > len(b) {
 		head = len(b)
 	}
@@ -50,12 +50,12 @@ func WriteAtDirect(f *os.File, b []byte, off int64) error {
 
 // writeDirect writes what it can of data's whole blocks to f at off, a
 // block boundary, with O_DIRECT and returns how many bytes it wrote: 0
-// where WriteAtDirect writes it all through the page cache, and on a
+// where WriteAt writes it all through the page cache, and on a
 // filesystem that refuses O_DIRECT. An error is one of the disk's (no
 // space, I/O).
 func writeDirect(f *os.File, data []byte, off int64) (int, error) {
-	n := len(data) &^ (spanAlign - 1)
-	if n < DirectMin || uintptr(unsafe.Pointer(&data[0]))&(spanAlign-1) != 0 {
+	n := len(data) &^ (Align - 1)
+	if n < Min || uintptr(unsafe.Pointer(&data[0]))&(Align-1) != 0 {
 		return 0, nil
 	}
 	fd := int(f.Fd())
@@ -76,7 +76,7 @@ func writeDirect(f *os.File, data []byte, off int64) (int, error) {
 		if k > 0 {
 			done += k
 		}
-		if err != nil || k <= 0 || k%spanAlign != 0 {
+		if err != nil || k <= 0 || k%Align != 0 {
 			// EINVAL before a byte: O_DIRECT taken by fcntl but not by
 			// the write. A short write leaves the rest to the page cache.
 			if err != unix.EINVAL || done > 0 {

@@ -1,6 +1,8 @@
-package segment
+package segread
 
 import (
+	"ebbfs.dev/ebbfs/segment"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -21,7 +23,7 @@ func TestReadPartToEveryRange(t *testing.T) {
 	for _, i := range []int{1, 3} {
 		n := int(f.ps[i].PlainLen)
 		pts = pts[:0]
-		for b := 0; b <= n; b += PieceSize {
+		for b := 0; b <= n; b += segment.PieceSize {
 			for _, d := range []int{-1, 0, 1} {
 				if x := b + d; x >= 0 && x <= n {
 					pts = append(pts, x)
@@ -37,7 +39,7 @@ func TestReadPartToEveryRange(t *testing.T) {
 					}
 					buf := bytes.Repeat([]byte{0xa5}, to-from+2)
 					dst := buf[1 : len(buf)-1]
-					if err := r.ReadPartTo(ctx, f.ids[i], f.ps[i], from, to, dst); err != nil {
+					if err := partTo(r, ctx, f.ids[i], f.ps[i], from, to, dst); err != nil {
 						t.Fatalf("%s frame %d [%d,%d): %v", name, i, from, to, err)
 					}
 					if !bytes.Equal(dst, f.plains[i][from:to]) || buf[0] != 0xa5 || buf[len(buf)-1] != 0xa5 {
@@ -45,17 +47,17 @@ func TestReadPartToEveryRange(t *testing.T) {
 					}
 					// ReadPart's result must stay intact across later reads
 					// that reuse the pooled buffer.
-					got, err := r.ReadPart(ctx, f.ids[i], f.ps[i], from, to)
+					got, err := partOf(r, ctx, f.ids[i], f.ps[i], from, to)
 					if err != nil {
 						t.Fatal(err)
 					}
 					keep := bytes.Clone(got)
 					for k := 0; k < 3; k++ {
-						if _, err := r.ReadPart(ctx, f.ids[i], f.ps[i], 0, min(n, 3*PieceSize-5)); err != nil {
+						if _, err := partOf(r, ctx, f.ids[i], f.ps[i], 0, min(n, 3*segment.PieceSize-5)); err != nil {
 							t.Fatal(err)
 						}
-						d2 := make([]byte, PieceSize)
-						if err := r.ReadPartTo(ctx, f.ids[i], f.ps[i], PieceSize, 2*PieceSize, d2); err != nil {
+						d2 := make([]byte, segment.PieceSize)
+						if err := partTo(r, ctx, f.ids[i], f.ps[i], segment.PieceSize, 2*segment.PieceSize, d2); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -92,7 +94,7 @@ func TestReadPartToDamagedDiskPiece(t *testing.T) {
 	i := 1
 	p, plain := f.ps[i], f.plains[i]
 	n := int(p.PlainLen)
-	for _, rg := range [][2]int{{0, 3 * PieceSize}, {0, 6 * PieceSize}, {100, 6 * PieceSize}, {PieceSize - 1, 3*PieceSize + 1}, {0, n}, {PieceSize, n}} {
+	for _, rg := range [][2]int{{0, 3 * segment.PieceSize}, {0, 6 * segment.PieceSize}, {100, 6 * segment.PieceSize}, {segment.PieceSize - 1, 3*segment.PieceSize + 1}, {0, n}, {segment.PieceSize, n}} {
 		dir := t.TempDir()
 		rd := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
 		f.readAll(t, rd, i)
@@ -103,13 +105,13 @@ func TestReadPartToDamagedDiskPiece(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b[int(p.Offset)+2*(PieceSize+pieceOverhead)+100] ^= 1 // piece 2
+		b[int(p.Offset)+2*(segment.PieceSize+segment.PieceOverhead)+100] ^= 1 // piece 2
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		rd = f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir})
 		dst := bytes.Repeat([]byte{0xa5}, rg[1]-rg[0])
-		if err := rd.ReadPartTo(ctx, f.ids[i], p, rg[0], rg[1], dst); err != nil {
+		if err := partTo(rd, ctx, f.ids[i], p, rg[0], rg[1], dst); err != nil {
 			t.Fatalf("[%d,%d): %v", rg[0], rg[1], err)
 		}
 		if !bytes.Equal(dst, plain[rg[0]:rg[1]]) {

@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"sync"
@@ -67,7 +67,7 @@ func (p *runBufs) putScratch(b []byte) { sealedBufs.Put(b) }
 
 // sealedBufs are the pooled scratch buffers of every Reader: the direct
 // reads of sealed spans (a local store's objstore.ReadSpan, the disk
-// cache's objstore.DirectFile) land in them, 2 MiB of a span on one
+// cache's directio.File) land in them, 2 MiB of a span on one
 // huge page (hugemem): on a virtio disk that read a cold file 1.3x
 // as fast as Go heap buffers did. The buffers live as long as the process,
 // so the pool is shared; at most sealedBufsMax are mapped (70 MiB,

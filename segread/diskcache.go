@@ -1,29 +1,24 @@
-package segment
+package segread
 
 import (
 	"bytes"
-	"cmp"
 	"container/list"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/directio"
+	"ebbfs.dev/ebbfs/internal/diskspace"
+	"ebbfs.dev/ebbfs/segment"
 	"golang.org/x/sys/unix"
-
-	"ebbfs.dev/ebbfs/objstore"
 )
 
 // diskCache keeps encrypted frames on local disk, one sparse file per
@@ -53,7 +48,7 @@ import (
 // there (diskReserve: a tenth of the filesystem, between 16 MiB and
 // 1 GiB), evicting its least recently used frames, and caches nothing
 // new while it cannot. It checks before every write and every
-// diskWatchEvery, so a disk that something else fills gets the cache's
+// diskspace.Every (its Watcher), so a disk that something else fills gets the cache's
 // space back (the metadata in the same directory needs it more). A write
 // that fails (ENOSPC, EIO) costs a future miss; it is logged when the
 // failures start and when they end, not for every frame.
@@ -68,7 +63,7 @@ type diskCache struct {
 	// mu) to fake a full or failing disk.
 	statfs      func(dir string) (total, avail int64, err error)
 	writeFrames func(data, idx string, off int64, b []byte, recs []diskEntry) error
-	readFrame   func(f *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error)
+	readFrame   func(f *os.File, df *directio.File, off int64, n int, buf []byte) ([]byte, error)
 	punch       func(path string, off, n int64) error
 
 	max     int64
@@ -82,8 +77,11 @@ type diskCache struct {
 	// Writes happen on one background goroutine so that reads never wait
 	// for them; when the queue is full a frame is simply not cached.
 	q       chan diskPut
-	queued  atomic.Int64 // bytes of memory the puts in q hold
-	skipped atomic.Int64 // frame bytes left out: the queue was full
+	kick    chan struct{}      // the watcher's periodic nudge to the writer
+	unwatch func()             // stops the nudges
+	space   *diskspace.Watcher // the watcher started for want of ReaderOptions.Space
+	queued  atomic.Int64       // bytes of memory the puts in q hold
+	skipped atomic.Int64       // frame bytes left out: the queue was full
 	done    chan struct{}
 	closeMu sync.Mutex
 	closed  bool
@@ -112,7 +110,7 @@ type diskSeg struct {
 	id     uint64
 	frames map[uint32]*list.Element // by offset; values *diskEntry in lru
 	f      *os.File                 // open for reading, or nil
-	df     *objstore.DirectFile     // f's file in O_DIRECT mode, while f != nil
+	df     *directio.File           // f's file in O_DIRECT mode, while f != nil
 	fel    *list.Element            // in files while f != nil
 }
 
@@ -165,10 +163,6 @@ const diskRecord = 8
 // version.
 const diskTmpPrefix = ".tmp-"
 
-// diskWatchEvery is how often the cache checks its filesystem's free
-// space when it writes nothing.
-const diskWatchEvery = time.Second
-
 // diskReserve is the free space the cache leaves on a filesystem of total
 // bytes.
 func diskReserve(total int64) int64 {
@@ -179,106 +173,13 @@ func diskReserve(total int64) int64 {
 // length rounded up to 4 KiB.
 func diskBlock(n uint32) int64 { return (int64(n) + 4095) &^ 4095 }
 
-func statfsDir(dir string) (total, avail int64, err error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
-}
-
-// writeSegmentFrames writes b at off in the segment file data, in place
-// (a run of 256 KiB or more past the page cache: objstore.WriteAtDirect),
-// then appends recs to its index idx: a frame is listed only after its
-// bytes were written (a crash may still lose them; the frame then fails
-// authentication at its first read and is dropped).
-func writeSegmentFrames(data, idx string, off int64, b []byte, recs []diskEntry) error {
-	f, err := os.OpenFile(data, os.O_WRONLY|os.O_CREATE, 0o600)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err = os.MkdirAll(filepath.Dir(data), 0o700); err == nil {
-			f, err = os.OpenFile(data, os.O_WRONLY|os.O_CREATE, 0o600)
-		}
-	}
-	if err != nil {
-		return err
-	}
-	err = objstore.WriteAtDirect(f, b, off)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	rb := make([]byte, 0, diskRecord*len(recs))
-	for _, e := range recs {
-		rb = binary.LittleEndian.AppendUint32(rb, e.off)
-		rb = binary.LittleEndian.AppendUint32(rb, e.length)
-	}
-	x, err := os.OpenFile(idx, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = x.Write(rb)
-	if cerr := x.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// readSpanFile reads the n bytes at off of the cache file f into buf (nil:
-// a buffer of its own) and returns the slice holding them, shorter where
-// the file ends first. A span the page cache does not hold whole, a run of
-// frames or a piece of one, is read past it through df, f's file kept
-// open in O_DIRECT mode beside it (when buf, if given, has
-// objstore.SpanSlack bytes to spare): so f, which other reads share, never
-// turns O_DIRECT, and a file evicted meanwhile is still the one read.
-// Anything else, and a span whose direct read fails, is read with f. An f
-// closed under it (diskOpenFiles) gives os.ErrClosed.
-func readSpanFile(f *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
-	if df != nil {
-		if data, ok := df.Read(f, off, n, buf); ok {
-			return data, nil
-		}
-	}
-	if len(buf) < n {
-		buf = make([]byte, n)
-	}
-	return readAt(f, off, buf[:n])
-}
-
-// readAt reads len(dst) bytes at off of f into dst: fewer (the file ends)
-// are returned as they are, for the caller's length check.
-func readAt(f *os.File, off int64, dst []byte) ([]byte, error) {
-	k, err := f.ReadAt(dst, off)
-	if k == len(dst) {
-		err = nil
-	}
-	if err != nil && k < len(dst) && errors.Is(err, io.EOF) {
-		err = nil
-	}
-	return dst[:k], err
-}
-
-// punchHole frees [off, off+n) of the file at path, keeping its size.
-func punchHole(path string, off, n int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) {
+func openDiskCache(dir string, max int64, log *slog.Logger, space *diskspace.Watcher) (*diskCache, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), files: list.New(), segs: map[uint64]*diskSeg{},
-		q: make(chan diskPut, diskQueue), done: make(chan struct{}), pend: map[uint64][]*diskRun{},
-		statfs: statfsDir, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
+		q: make(chan diskPut, diskQueue), kick: make(chan struct{}, 1), done: make(chan struct{}), pend: map[uint64][]*diskRun{},
+		statfs: diskspace.Statfs, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
 	type found struct {
 		es  []diskEntry
 		mod time.Time
@@ -352,198 +253,17 @@ func openDiskCache(dir string, max int64, log *slog.Logger) (*diskCache, error) 
 	c.mu.Unlock()
 	c.watch()
 	go c.writer()
-	return c, nil
-}
-
-// loadSegmentIndex returns the frames the index idx lists that its
-// segment file data holds: inside the file and over no hole. Later
-// records of an offset replace earlier ones.
-func loadSegmentIndex(data, idx string, seg uint64) []diskEntry {
-	rb, err := os.ReadFile(idx)
-	if err != nil {
-		return nil
+	if space == nil {
+		c.space = diskspace.Start(nil)
+		space = c.space
 	}
-	f, err := os.Open(data)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil
-	}
-	byOff := map[uint32]uint32{}
-	for i := 0; i+diskRecord <= len(rb); i += diskRecord {
-		off := binary.LittleEndian.Uint32(rb[i:])
-		n := binary.LittleEndian.Uint32(rb[i+4:])
-		byOff[off] = n
-	}
-	var es []diskEntry
-	for off, n := range byOff {
-		if n == 0 || int64(off)+int64(n) > info.Size() {
-			continue
-		}
-		// A hole inside the frame: evicted (punched) after it was listed.
-		if h, err := unix.Seek(int(f.Fd()), int64(off), unix.SEEK_HOLE); err == nil && h < int64(off)+int64(n) {
-			continue
-		}
-		es = append(es, diskEntry{seg: seg, off: off, length: n})
-	}
-	sort.Slice(es, func(i, j int) bool { return es[i].off < es[j].off })
-	return es
-}
-
-func (c *diskCache) writer() {
-	defer close(c.done)
-	tick := time.NewTicker(diskWatchEvery)
-	defer tick.Stop()
-	for {
+	c.unwatch = space.Add(func() {
 		select {
-		case it, ok := <-c.q:
-			if !ok {
-				c.putOverflow()
-				return
-			}
-			if it.ack != nil {
-				c.putOverflow()
-				close(it.ack)
-			} else {
-				c.putRuns(it.runs)
-				c.queued.Add(-it.cost)
-				it.done()
-			}
-			c.putOverflow()
-		case <-tick.C:
-			c.putOverflow()
-			c.watch()
+		case c.kick <- struct{}{}:
+		default: // the writer has one coming
 		}
-	}
-}
-
-// putOverflow writes what the overflow holds, oldest first; what is
-// admitted meanwhile waits for the next call, so that the queue's puts and
-// sync markers are not held up behind a stream of uploads.
-func (c *diskCache) putOverflow() {
-	c.ovMu.Lock()
-	its := c.overflow
-	c.overflow = nil
-	c.ovMu.Unlock()
-	for _, it := range its {
-		c.putRuns(it.runs)
-		c.ovMu.Lock()
-		c.overflowBytes -= it.cost
-		c.ovMu.Unlock()
-		it.done()
-	}
-}
-
-// done tells the owner of the memory a put of runs held that the cache
-// no longer reads it.
-func (it diskPut) done() {
-	if it.release != nil {
-		it.release()
-	}
-}
-
-// putRuns writes runs, each with one write, and takes each out of pend
-// once it is written (or left out).
-func (c *diskCache) putRuns(runs []diskRun) {
-	for k := range runs {
-		r := &runs[k]
-		c.putRun(r.seg, r.es, r.b)
-		c.mu.Lock()
-		c.unpendLocked(r)
-		c.mu.Unlock()
-	}
-}
-
-// pendLocked makes the runs of it readable (pend) until the writer has
-// written them; enqueue and place call it before they queue it, so that
-// the writer never finds a run not yet there.
-func (c *diskCache) pendLocked(it diskPut) {
-	for k := range it.runs {
-		r := &it.runs[k]
-		c.pend[r.seg] = append(c.pend[r.seg], r)
-	}
-}
-
-// unpendLocked takes r out of pend; its bytes are not read after this.
-func (c *diskCache) unpendLocked(r *diskRun) {
-	rs := c.pend[r.seg]
-	if k := slices.Index(rs, r); k >= 0 {
-		rs = slices.Delete(rs, k, k+1)
-	}
-	if len(rs) == 0 {
-		delete(c.pend, r.seg)
-	} else {
-		c.pend[r.seg] = rs
-	}
-}
-
-// pendFrameLocked returns the queued run that holds the frame p, or nil.
-func (c *diskCache) pendFrameLocked(p Pointer) *diskRun {
-	for _, r := range c.pend[p.Segment] {
-		k, ok := sort.Find(len(r.es), func(k int) int { return cmp.Compare(p.Offset, r.es[k].off) })
-		if ok && r.es[k].length == p.Length {
-			return r
-		}
-	}
-	return nil
-}
-
-// readPendLocked is readSpan's reading of a span that queued runs
-// overlap, called with c.mu held, which it releases: their bytes are
-// copied out of them, and the rest of the span (frames written before,
-// or since present found them queued: a run leaves pend only once
-// written) is read from the segment's file; the gaps between frames that
-// neither holds are left zero. ok is false when no queued run overlaps
-// the span (c.mu still held then).
-func (c *diskCache) readPendLocked(seg uint64, off int64, n int, buf []byte) (b []byte, ok bool, err error) {
-	type span struct{ from, to int64 } // relative to off
-	var have []span
-	for _, r := range c.pend[seg] {
-		start := int64(r.es[0].off)
-		from, to := max(start, off), min(start+int64(len(r.b)), off+int64(n))
-		if from >= to {
-			continue
-		}
-		if b == nil {
-			if len(buf) < n {
-				buf = make([]byte, n)
-			}
-			b = buf[:n]
-		}
-		copy(b[from-off:to-off], r.b[from-start:])
-		have = append(have, span{from - off, to - off})
-	}
-	if b == nil {
-		return nil, false, nil
-	}
-	sort.Slice(have, func(i, j int) bool { return have[i].from < have[j].from })
-	var f *os.File
-	if s := c.segs[seg]; s != nil {
-		f, _, err = c.fileLocked(s)
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return nil, true, err
-	}
-	at := int64(0)
-	for _, h := range append(have, span{int64(n), int64(n)}) {
-		if h.from > at {
-			got := []byte(nil)
-			if f != nil {
-				if got, err = readAt(f, off+at, b[at:h.from]); err != nil {
-					// Closed under us (diskOpenFiles), or unreadable:
-					// the caller goes to the store.
-					return nil, true, errNotCached
-				}
-			}
-			clear(b[at+int64(len(got)) : h.from])
-		}
-		at = max(at, h.to)
-	}
-	return b, true, nil
+	})
+	return c, nil
 }
 
 // watch gives space back when the filesystem has less than the reserve
@@ -623,6 +343,10 @@ func (c *diskCache) sync() {
 
 // close drains the queue, stops the writer and closes the open files.
 func (c *diskCache) close() {
+	c.unwatch()
+	if c.space != nil {
+		c.space.Close()
+	}
 	c.closeMu.Lock()
 	if !c.closed {
 		c.closed = true
@@ -635,33 +359,6 @@ func (c *diskCache) close() {
 	for c.files.Len() > 0 {
 		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
 	}
-}
-
-func parseShard(s string) (uint8, bool) {
-	if len(s) != 2 || !lowerHex(s) {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(s, 16, 8)
-	return uint8(v), err == nil
-}
-
-// parseSegmentFileName parses "<16 hex>" (frames) or "<16 hex>.idx".
-func parseSegmentFileName(s string) (seg uint64, idx bool, ok bool) {
-	if strings.HasSuffix(s, ".idx") {
-		s, idx = strings.TrimSuffix(s, ".idx"), true
-	}
-	if len(s) != 16 || !lowerHex(s) {
-		return 0, false, false
-	}
-	seg, err := strconv.ParseUint(s, 16, 64)
-	return seg, idx, err == nil
-}
-
-// isFrameFileName reports a name of the one-file-per-frame cache of an
-// earlier version: <segment 16 hex>-<offset 8 hex>-<length 8 hex>.
-func isFrameFileName(s string) bool {
-	return len(s) == 16+1+8+1+8 && s[16] == '-' && s[25] == '-' &&
-		lowerHex(s[:16]) && lowerHex(s[17:25]) && lowerHex(s[26:])
 }
 
 func (c *diskCache) dataPath(seg uint64) string {
@@ -736,7 +433,7 @@ func (c *diskCache) removeSegLocked(s *diskSeg) {
 }
 
 // fileLocked returns s's file, open for reading.
-func (c *diskCache) fileLocked(s *diskSeg) (*os.File, *objstore.DirectFile, error) {
+func (c *diskCache) fileLocked(s *diskSeg) (*os.File, *directio.File, error) {
 	if s.f != nil {
 		c.files.MoveToFront(s.fel)
 		return s.f, s.df, nil
@@ -749,7 +446,7 @@ func (c *diskCache) fileLocked(s *diskSeg) (*os.File, *objstore.DirectFile, erro
 	// prefetcher wants. Kernel read-ahead would only add bytes to a
 	// random read.
 	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
-	s.f, s.df, s.fel = f, new(objstore.DirectFile), c.files.PushFront(s)
+	s.f, s.df, s.fel = f, new(directio.File), c.files.PushFront(s)
 	for c.files.Len() > diskOpenFiles {
 		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
 	}
@@ -770,7 +467,7 @@ func (c *diskCache) closeFileLocked(s *diskSeg) {
 }
 
 // get returns the cached encrypted frame, if any.
-func (c *diskCache) get(p Pointer) ([]byte, bool) {
+func (c *diskCache) get(p segment.Pointer) ([]byte, bool) {
 	for try := 0; try < 2; try++ {
 		c.mu.Lock()
 		if r := c.pendFrameLocked(p); r != nil {
@@ -814,7 +511,7 @@ func (c *diskCache) get(p Pointer) ([]byte, bool) {
 
 // present returns those of the frames ps[i], i in idx, that the cache
 // holds or has queued, refreshing the ones it holds.
-func (c *diskCache) present(ps []Pointer, idx []int) []int {
+func (c *diskCache) present(ps []segment.Pointer, idx []int) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var have []int
@@ -871,7 +568,7 @@ func (c *diskCache) readSpan(seg uint64, off int64, n int, buf []byte) ([]byte, 
 // drop removes an entry found damaged.
 // It reports whether the cache held one: a frame evicted, or given up by
 // the writer, after present found it reads as a hole, which is no damage.
-func (c *diskCache) drop(p Pointer, why string) bool {
+func (c *diskCache) drop(p segment.Pointer, why string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.segs[p.Segment]; s != nil {
@@ -882,237 +579,6 @@ func (c *diskCache) drop(p Pointer, why string) bool {
 		}
 	}
 	return false
-}
-
-// put queues a copy of an encrypted frame for the disk cache without
-// waiting.
-func (c *diskCache) put(p Pointer, frame []byte) {
-	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
-		return
-	}
-	c.putOwned(p, append([]byte(nil), frame...))
-}
-
-// putOwned is put of a frame the cache may keep: the caller neither
-// changes nor reuses it.
-func (c *diskCache) putOwned(p Pointer, frame []byte) {
-	if int64(len(frame)) > c.max || len(frame) != int(p.Length) {
-		return
-	}
-	run := diskRun{seg: p.Segment, es: []diskEntry{{seg: p.Segment, off: p.Offset, length: p.Length}}, b: frame}
-	if !c.enqueue(diskPut{runs: []diskRun{run}, cost: int64(len(frame))}) {
-		c.skipped.Add(int64(len(frame)))
-	}
-}
-
-// admit queues the frames ps of the object obj (as uploaded or as
-// repack wrote it) for the disk cache without waiting. The put holds obj
-// until its frames are written, and so counts len(obj) against the
-// queue's bound, or, when the queue is full, against the overflow's. Frames
-// of an object larger than the queue's bound, or taking less than half of
-// it (the cached frames of a repack output of up to 1 GiB), are copied out
-// instead, so that the object is not held; so are, when the object fits in
-// neither whole, as many frames as the room left holds. Frames left out
-// are counted (skipped). The caller must not change obj until release
-// (if not nil) is called, once the cache no longer reads it: at once when
-// it copied or left out the frames, else after writing them.
-func (c *diskCache) admit(obj []byte, ps []Pointer, release func()) {
-	ok := func(p Pointer) bool {
-		return p.Length > 0 && p.End() <= uint64(len(obj)) && int64(p.Length) <= c.max
-	}
-	var runs []diskRun
-	var frames int64
-	for i := 0; i < len(ps); {
-		if !ok(ps[i]) {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(ps) && ok(ps[j]) && ps[j].Segment == ps[i].Segment && ps[j].Offset == uint32(ps[j-1].End()) {
-			j++
-		}
-		es := make([]diskEntry, 0, j-i)
-		for _, p := range ps[i:j] {
-			es = append(es, diskEntry{seg: p.Segment, off: p.Offset, length: p.Length})
-		}
-		runs = append(runs, diskRun{seg: ps[i].Segment, es: es, b: obj[ps[i].Offset:ps[j-1].End()]})
-		frames += int64(ps[j-1].End() - uint64(ps[i].Offset))
-		i = j
-	}
-	held := int64(len(obj)) <= diskQueueBytes && frames >= int64(len(obj))/2
-	var put diskPut
-	if held {
-		put = diskPut{runs: runs, cost: int64(len(obj)), release: release}
-	} else {
-		put = copyRuns(runs, diskQueueBytes)
-	}
-	placed := len(put.runs) > 0 && c.place(put)
-	if placed && put.release != nil {
-		release = nil // the writer calls it
-	}
-	if !placed && held {
-		put = copyRuns(runs, c.room())
-		placed = len(put.runs) > 0 && c.place(put)
-	}
-	if !placed {
-		put.runs = nil
-	}
-	c.skipped.Add(frames - runBytes(put.runs))
-	if release != nil {
-		release()
-	}
-}
-
-// copyRuns copies the frames of runs, in order, up to budget bytes, into a
-// put that holds only them.
-func copyRuns(runs []diskRun, budget int64) diskPut {
-	var put diskPut
-	for _, r := range runs {
-		room := budget - put.cost
-		full := int64(len(r.b)) > room
-		if full { // keep the frames of this run that fit, and no more runs
-			n, m := 0, int64(0)
-			for n < len(r.es) && m+int64(r.es[n].length) <= room {
-				m += int64(r.es[n].length)
-				n++
-			}
-			r.es, r.b = r.es[:n], r.b[:m]
-		}
-		if len(r.es) > 0 {
-			r.b = bytes.Clone(r.b)
-			put.runs = append(put.runs, r)
-			put.cost += int64(len(r.b))
-		}
-		if full {
-			break
-		}
-	}
-	return put
-}
-
-// place queues it, or puts it in the overflow when the queue has no room
-// for it, and reports whether either took it.
-func (c *diskCache) place(it diskPut) bool {
-	if c.enqueue(it) {
-		return true
-	}
-	c.mu.Lock()
-	c.pendLocked(it)
-	c.mu.Unlock()
-	// closeMu keeps a put from joining the overflow after close drained it.
-	c.closeMu.Lock()
-	c.ovMu.Lock()
-	ok := !c.closed && c.overflowBytes+it.cost <= diskOverflowBytes
-	if ok {
-		c.overflow = append(c.overflow, it)
-		c.overflowBytes += it.cost
-	}
-	c.ovMu.Unlock()
-	c.closeMu.Unlock()
-	if !ok {
-		c.unpend(it)
-	}
-	return ok
-}
-
-// unpend takes the runs of it, which was not queued, out of pend.
-func (c *diskCache) unpend(it diskPut) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k := range it.runs {
-		c.unpendLocked(&it.runs[k])
-	}
-}
-
-// room is the most that a put could hold and still be placed now.
-func (c *diskCache) room() int64 {
-	c.ovMu.Lock()
-	ov := diskOverflowBytes - c.overflowBytes
-	c.ovMu.Unlock()
-	return max(0, diskQueueBytes-c.queued.Load(), ov)
-}
-
-func runBytes(runs []diskRun) int64 {
-	var n int64
-	for _, r := range runs {
-		n += int64(len(r.b))
-	}
-	return n
-}
-
-// enqueue queues it unless the queue is full (by count, or by the
-// it.cost bytes of memory it would hold), and reports whether it did; its
-// runs are in pend from just before they are queued until they are
-// written.
-func (c *diskCache) enqueue(it diskPut) bool {
-	c.closeMu.Lock()
-	defer c.closeMu.Unlock()
-	if c.closed || c.queued.Load()+it.cost > diskQueueBytes {
-		return false
-	}
-	c.mu.Lock()
-	c.pendLocked(it)
-	c.mu.Unlock()
-	select {
-	case c.q <- it:
-		c.queued.Add(it.cost)
-		return true
-	default:
-		c.unpend(it)
-		return false
-	}
-}
-
-// putRun stores the adjacent frames es of segment seg, whose bytes are b
-// (writeFrames). Errors only cost a future cache miss, so they are logged
-// and otherwise ignored.
-func (c *diskCache) putRun(seg uint64, es []diskEntry, b []byte) {
-	c.mu.Lock()
-	var n int64
-	fresh := make([]diskEntry, 0, len(es))
-	for _, e := range es {
-		if s := c.segs[seg]; s != nil {
-			if el, ok := s.frames[e.off]; ok {
-				c.lru.MoveToFront(el)
-				continue
-			}
-		}
-		fresh = append(fresh, e)
-		n += int64(e.length)
-	}
-	if len(fresh) == 0 || n > c.max {
-		c.mu.Unlock()
-		return
-	}
-	c.evictLocked(n)
-	if !c.roomLocked(int64(len(b))+4096, false) {
-		c.mu.Unlock()
-		return
-	}
-	write := c.writeFrames
-	c.mu.Unlock()
-	data := c.dataPath(seg)
-	err := write(data, c.idxPath(seg), int64(es[0].off), b, fresh)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err != nil {
-		if !c.failing {
-			c.failing = true
-			c.log.Warn("segment cache: cannot write frames; reads go to the store until it can (logged once)", "file", data, "err", err)
-		}
-		if errors.Is(err, syscall.ENOSPC) {
-			c.roomLocked(int64(len(b))+4096, true)
-		}
-		return
-	}
-	if c.failing {
-		c.failing = false
-		c.log.Info("segment cache: writing frames again", "dir", c.dir)
-	}
-	c.evictLocked(n)
-	for _, e := range fresh {
-		c.insertLocked(e)
-	}
 }
 
 // forget drops every cached frame of seg, queued ones included.

@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 type fixture struct {
@@ -24,18 +25,18 @@ type fixture struct {
 	cs     *countingStore
 	segID  uint64
 	data   []byte
-	ids    []FrameID
+	ids    []segment.FrameID
 	plains [][]byte
-	ps     []Pointer
+	ps     []segment.Pointer
 }
 
 func newFixture(t *testing.T, n int) *fixture {
 	t.Helper()
 	k := testKeys(t)
 	const segID = 0x0000000200000017
-	data, ids, plains, ps := buildSegment(t, k, segID, CodecZstd, n)
+	data, ids, plains, ps := buildSegment(t, k, segID, segment.CodecZstd, n)
 	cs := newCounting(objstore.NewMem())
-	if err := Upload(context.Background(), cs, segID, data); err != nil {
+	if err := segment.Upload(context.Background(), cs, segID, data); err != nil {
 		t.Fatal(err)
 	}
 	cs.reset()
@@ -59,7 +60,7 @@ func (f *fixture) reader(t *testing.T, o ReaderOptions) *Reader {
 func (f *fixture) readAll(t *testing.T, r *Reader, idx ...int) {
 	t.Helper()
 	for _, i := range idx {
-		got, err := r.Read(context.Background(), f.ids[i], f.ps[i])
+		got, err := readOf(r, context.Background(), f.ids[i], f.ps[i])
 		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
 		}
@@ -75,7 +76,7 @@ func (f *fixture) readAll(t *testing.T, r *Reader, idx ...int) {
 // readRunAll reads every frame of f as one run and checks each.
 func (f *fixture) readRunAll(t *testing.T, r *Reader) {
 	t.Helper()
-	out, err := r.ReadRun(context.Background(), f.ids, f.ps)
+	out, err := runOf(r, context.Background(), f.ids, f.ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,14 +94,14 @@ func TestReadDirectoryTwoGets(t *testing.T) {
 	t.Cleanup(func() { slog.SetDefault(prev) })
 	f := newFixture(t, 12)
 	ctx := context.Background()
-	foot, ents, err := ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data)))
+	foot, ents, err := segment.ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := f.cs.total(); got != 2 || f.cs.count("getrange") != 2 {
 		t.Fatalf("%d requests (%v), want exactly 2 ranged GETs", got, f.cs.counts)
 	}
-	if f.cs.ranges[0] != [2]int64{int64(len(f.data)) - FooterSize, FooterSize} {
+	if f.cs.ranges[0] != [2]int64{int64(len(f.data)) - segment.FooterSize, segment.FooterSize} {
 		t.Fatalf("first GET %v is not the footer", f.cs.ranges[0])
 	}
 	if f.cs.ranges[1] != [2]int64{int64(foot.DirOffset), int64(foot.DirLen)} {
@@ -112,24 +113,24 @@ func TestReadDirectoryTwoGets(t *testing.T) {
 
 	// Wrong size: corrupt, naming the key, after one GET.
 	f.cs.reset()
-	_, _, err = ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data))-1)
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Key(f.segID)) {
+	_, _, err = segment.ReadDirectory(ctx, f.cs, f.k, f.segID, int64(len(f.data))-1)
+	if !errors.Is(err, segment.ErrCorrupt) || !strings.Contains(err.Error(), segment.Key(f.segID)) {
 		t.Fatalf("wrong size: %v", err)
 	}
 	// Another segment's id: the key differs, so NotFound.
-	_, _, err = ReadDirectory(ctx, f.cs, f.k, f.segID+1, int64(len(f.data)))
+	_, _, err = segment.ReadDirectory(ctx, f.cs, f.k, f.segID+1, int64(len(f.data)))
 	if !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("missing: %v", err)
 	}
 	// Object copied under another id: footer names the wrong segment.
-	if _, err := f.cs.Put(ctx, Key(99), f.data, objstore.PutOptions{}); err != nil {
+	if _, err := f.cs.Put(ctx, segment.Key(99), f.data, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = ReadDirectory(ctx, f.cs, f.k, 99, int64(len(f.data)))
-	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Key(99)) {
+	_, _, err = segment.ReadDirectory(ctx, f.cs, f.k, 99, int64(len(f.data)))
+	if !errors.Is(err, segment.ErrCorrupt) || !strings.Contains(err.Error(), segment.Key(99)) {
 		t.Fatalf("moved segment: %v", err)
 	}
-	if n := strings.Count(logs.String(), "level=ERROR"); n != 2 || !strings.Contains(logs.String(), "object="+Key(99)) {
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 2 || !strings.Contains(logs.String(), "object="+segment.Key(99)) {
 		t.Fatalf("want 2 error logs naming the objects, got %d:\n%s", n, logs.String())
 	}
 }
@@ -137,7 +138,7 @@ func TestReadDirectoryTwoGets(t *testing.T) {
 func TestReaderReadAndMemoryCache(t *testing.T) {
 	f := newFixture(t, 10)
 	// Room for three 32 KiB frames.
-	limit := int64(3 * (ExtentSize + memEntryOverhead))
+	limit := int64(3 * (segment.ExtentSize + memEntryOverhead))
 	r := f.reader(t, ReaderOptions{MemoryBytes: limit})
 	f.readAll(t, r, 0, 1, 2)
 	if g := f.cs.count("getrange"); g != 3 {
@@ -167,8 +168,8 @@ func TestReaderReadAndMemoryCache(t *testing.T) {
 	}
 	// A cached frame is handed out without a copy: the slice is shared
 	// (and read-only by contract).
-	a, _ := r.Read(context.Background(), f.ids[9], f.ps[9])
-	b, _ := r.Read(context.Background(), f.ids[9], f.ps[9])
+	a, _ := readOf(r, context.Background(), f.ids[9], f.ps[9])
+	b, _ := readOf(r, context.Background(), f.ids[9], f.ps[9])
 	if len(a) == 0 || &a[0] != &b[0] {
 		t.Fatal("two reads of a cached frame returned separate copies")
 	}
@@ -180,7 +181,7 @@ func TestReaderCacheRefusesOtherID(t *testing.T) {
 	f.readAll(t, r, 0)
 	other := f.ids[0]
 	other.Gen++
-	if _, err := r.Read(context.Background(), other, f.ps[0]); !errors.Is(err, ErrCorrupt) {
+	if _, err := readOf(r, context.Background(), other, f.ps[0]); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("cached frame served for another id: %v", err)
 	}
 }
@@ -205,7 +206,7 @@ func dirSize(t *testing.T, dir string) (int64, int) {
 func TestDiskCacheBoundedAndSurvivesReopen(t *testing.T) {
 	f := newFixture(t, 10)
 	dir := t.TempDir()
-	limit := int64(4 * (ExtentSize + FrameOverhead))
+	limit := int64(4 * (segment.ExtentSize + segment.FrameOverhead))
 	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: dir, DiskBytes: limit})
 	f.readAll(t, r, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9)
 	st := r.Stats()
@@ -305,26 +306,26 @@ func TestReaderStoreCorruption(t *testing.T) {
 	ctx := context.Background()
 	bad := bytes.Clone(f.data)
 	bad[f.ps[2].Offset+30] ^= 1
-	if _, err := f.cs.Put(ctx, Key(f.segID), bad, objstore.PutOptions{}); err != nil {
+	if _, err := f.cs.Put(ctx, segment.Key(f.segID), bad, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
 	dir := t.TempDir()
 	r := f.reader(t, ReaderOptions{DiskDir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for range 3 {
-		out, err := r.Read(ctx, f.ids[2], f.ps[2])
-		if !errors.Is(err, ErrCorrupt) || out != nil {
+		out, err := readOf(r, ctx, f.ids[2], f.ps[2])
+		if !errors.Is(err, segment.ErrCorrupt) || out != nil {
 			t.Fatalf("corrupt frame: %v", err)
 		}
-		if !strings.Contains(err.Error(), Key(f.segID)) {
+		if !strings.Contains(err.Error(), segment.Key(f.segID)) {
 			t.Fatalf("error does not name the object: %v", err)
 		}
-		var ce *CorruptError
-		if !errors.As(err, &ce) || ce.Key != Key(f.segID) || ce.Offset != int64(f.ps[2].Offset) {
+		var ce *segment.CorruptError
+		if !errors.As(err, &ce) || ce.Key != segment.Key(f.segID) || ce.Offset != int64(f.ps[2].Offset) {
 			t.Fatalf("not a CorruptError: %#v", err)
 		}
 	}
-	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), Key(f.segID)) {
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), segment.Key(f.segID)) {
 		t.Fatalf("want one error log naming the object, got %d:\n%s", n, logs.String())
 	}
 	if st := r.Stats(); st.Corrupt != 3 || st.DiskEntries != 0 {
@@ -332,7 +333,7 @@ func TestReaderStoreCorruption(t *testing.T) {
 	}
 	// Its neighbours are fine, alone and in a run.
 	f.readAll(t, r, 1, 3)
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
+	if _, err := runOf(r, ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("run over corrupt frame: %v", err)
 	}
 	// The run's authenticated frames reached the disk cache; the corrupt
@@ -343,17 +344,17 @@ func TestReaderStoreCorruption(t *testing.T) {
 			t.Fatalf("frame %d in the disk cache: %v", i, ok)
 		}
 	}
-	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); !errors.Is(err, ErrCorrupt) {
+	if _, err := verifiedOf(r, ctx, f.ids, f.ps); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("verified encoded read: %v", err)
 	}
 	// Invalid pointer: clean error.
-	if _, err := r.Read(ctx, f.ids[0], Pointer{Segment: f.segID, Length: 3}); !errors.Is(err, ErrCorrupt) {
+	if _, err := readOf(r, ctx, f.ids[0], segment.Pointer{Segment: f.segID, Length: 3}); !errors.Is(err, segment.ErrCorrupt) {
 		t.Fatalf("invalid pointer: %v", err)
 	}
 	// Missing object.
 	p := f.ps[0]
 	p.Segment++
-	if _, err := r.Read(ctx, f.ids[0], p); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), Key(p.Segment)) {
+	if _, err := readOf(r, ctx, f.ids[0], p); !errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), segment.Key(p.Segment)) {
 		t.Fatalf("missing object: %v", err)
 	}
 }
@@ -371,7 +372,7 @@ func TestReadRunCoalesces(t *testing.T) {
 	}
 	// Now everything is cached: no requests.
 	f.cs.reset()
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil || f.cs.total() != 0 {
+	if _, err := runOf(r, ctx, f.ids, f.ps); err != nil || f.cs.total() != 0 {
 		t.Fatalf("warm run: %v, %d requests", err, f.cs.total())
 	}
 
@@ -379,12 +380,12 @@ func TestReadRunCoalesces(t *testing.T) {
 	r2 := f.reader(t, ReaderOptions{MemoryBytes: -1})
 	f.cs.reset()
 	sel := []int{1, 2, 4, 6, 7}
-	var ids []FrameID
-	var ps []Pointer
+	var ids []segment.FrameID
+	var ps []segment.Pointer
 	for _, i := range sel {
 		ids, ps = append(ids, f.ids[i]), append(ps, f.ps[i])
 	}
-	out, err := r2.ReadRun(ctx, ids, ps)
+	out, err := runOf(r2, ctx, ids, ps)
 	if err != nil || f.cs.total() != 1 {
 		t.Fatalf("sparse run: %v, %d requests", err, f.cs.total())
 	}
@@ -395,19 +396,19 @@ func TestReadRunCoalesces(t *testing.T) {
 	}
 	// A gap above MaxRunGap splits the GET.
 	f.cs.reset()
-	if _, err := r2.ReadRun(ctx, []FrameID{f.ids[0], f.ids[9]}, []Pointer{f.ps[0], f.ps[9]}); err != nil || f.cs.total() != 2 {
+	if _, err := runOf(r2, ctx, []segment.FrameID{f.ids[0], f.ids[9]}, []segment.Pointer{f.ps[0], f.ps[9]}); err != nil || f.cs.total() != 2 {
 		t.Fatalf("split run: %v, %d requests", err, f.cs.total())
 	}
 	// Out-of-order and cross-segment runs are refused.
-	if _, err := r2.ReadRun(ctx, []FrameID{f.ids[1], f.ids[0]}, []Pointer{f.ps[1], f.ps[0]}); err == nil {
+	if _, err := runOf(r2, ctx, []segment.FrameID{f.ids[1], f.ids[0]}, []segment.Pointer{f.ps[1], f.ps[0]}); err == nil {
 		t.Fatal("unordered run accepted")
 	}
 	q := f.ps[1]
 	q.Segment++
-	if _, err := r2.ReadRun(ctx, f.ids[:2], []Pointer{f.ps[0], q}); err == nil {
+	if _, err := runOf(r2, ctx, f.ids[:2], []segment.Pointer{f.ps[0], q}); err == nil {
 		t.Fatal("cross-segment run accepted")
 	}
-	if _, err := r2.ReadRun(ctx, f.ids[:1], f.ps[:2]); err == nil {
+	if _, err := runOf(r2, ctx, f.ids[:1], f.ps[:2]); err == nil {
 		t.Fatal("length mismatch accepted")
 	}
 }
@@ -418,7 +419,7 @@ func TestReadEncoded(t *testing.T) {
 	f := newFixture(t, 6)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir()})
-	out, err := r.ReadEncoded(ctx, f.ps)
+	out, err := sealedOf(r, ctx, f.ps)
 	if err != nil || f.cs.total() != 1 {
 		t.Fatalf("%v, %d requests", err, f.cs.total())
 	}
@@ -431,11 +432,11 @@ func TestReadEncoded(t *testing.T) {
 		t.Fatalf("repack reads filled the caches: %+v", st)
 	}
 	// Copy into a new segment: the frames open there.
-	b := NewBuilder(f.k, 77, CodecZstd)
+	b := segment.NewBuilder(f.k, 77, segment.CodecZstd)
 	for i := range out {
 		b.AddEncoded(f.ids[i], out[i], f.ps[i].PlainLen)
 	}
-	if err := Upload(ctx, f.cs, 77, b.Finish()); err != nil {
+	if err := segment.Upload(ctx, f.cs, 77, b.Finish()); err != nil {
 		t.Fatal(err)
 	}
 	_, ents, err := r.ReadDirectory(ctx, 77, int64(len(b.Finish())))
@@ -443,12 +444,12 @@ func TestReadEncoded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, e := range ents {
-		got, err := r.Read(ctx, e.ID(), e.Pointer(77))
+		got, err := readOf(r, ctx, e.ID(), e.Pointer(77))
 		if err != nil || !bytes.Equal(got, f.plains[i]) {
 			t.Fatalf("repacked frame %d: %v", i, err)
 		}
 	}
-	if _, err := r.ReadEncodedVerified(ctx, f.ids, f.ps); err != nil {
+	if _, err := verifiedOf(r, ctx, f.ids, f.ps); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -469,7 +470,7 @@ func TestReaderForgetAndClose(t *testing.T) {
 	}
 
 	r.Close()
-	if _, err := r.Read(ctx, f.ids[1], f.ps[1]); err == nil {
+	if _, err := readOf(r, ctx, f.ids[1], f.ps[1]); err == nil {
 		t.Fatal("read after Close succeeded")
 	}
 }
@@ -478,18 +479,18 @@ func TestUploadIdempotent(t *testing.T) {
 	k := testKeys(t)
 	ctx := context.Background()
 	mem := objstore.NewMem()
-	data, _, _, _ := buildSegment(t, k, 5, CodecLZ4, 2)
-	if err := Upload(ctx, mem, 5, data); err != nil {
+	data, _, _, _ := buildSegment(t, k, 5, segment.CodecLZ4, 2)
+	if err := segment.Upload(ctx, mem, 5, data); err != nil {
 		t.Fatal(err)
 	}
-	if err := Upload(ctx, mem, 5, data); err != nil {
+	if err := segment.Upload(ctx, mem, 5, data); err != nil {
 		t.Fatalf("retry of the same upload: %v", err)
 	}
-	other, _, _, _ := buildSegment(t, k, 5, CodecLZ4, 2)
-	if err := Upload(ctx, mem, 5, other); !errors.Is(err, objstore.ErrPreconditionFailed) {
+	other, _, _, _ := buildSegment(t, k, 5, segment.CodecLZ4, 2)
+	if err := segment.Upload(ctx, mem, 5, other); !errors.Is(err, objstore.ErrPreconditionFailed) {
 		t.Fatalf("different object under the same id: %v", err)
 	}
-	got, _ := mem.Get(ctx, Key(5))
+	got, _ := mem.Get(ctx, segment.Key(5))
 	if !bytes.Equal(got, data) {
 		t.Fatal("object replaced")
 	}
@@ -497,7 +498,7 @@ func TestUploadIdempotent(t *testing.T) {
 
 func TestReaderConcurrent(t *testing.T) {
 	f := newFixture(t, 8)
-	r := f.reader(t, ReaderOptions{MemoryBytes: 4 * (ExtentSize + memEntryOverhead), DiskDir: t.TempDir(), DiskBytes: 5 * ExtentSize})
+	r := f.reader(t, ReaderOptions{MemoryBytes: 4 * (segment.ExtentSize + memEntryOverhead), DiskDir: t.TempDir(), DiskBytes: 5 * segment.ExtentSize})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
@@ -506,7 +507,7 @@ func TestReaderConcurrent(t *testing.T) {
 			defer wg.Done()
 			for n := range 50 {
 				i := (g + n*3) % len(f.ps)
-				got, err := r.Read(context.Background(), f.ids[i], f.ps[i])
+				got, err := readOf(r, context.Background(), f.ids[i], f.ps[i])
 				if err == nil && !bytes.Equal(got, f.plains[i]) {
 					err = errors.New("wrong data")
 				}
@@ -553,7 +554,7 @@ func TestReaderSharesConcurrentMisses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, err := r.Read(context.Background(), f.ids[1], f.ps[1])
+			got, err := readOf(r, context.Background(), f.ids[1], f.ps[1])
 			if err == nil && !bytes.Equal(got, f.plains[1]) {
 				err = errors.New("wrong data")
 			}
@@ -581,11 +582,11 @@ func TestReaderSharesConcurrentMisses(t *testing.T) {
 // run charged for its whole buffer; a hit on any frame refreshes the run,
 // and the budget holds however runs and single frames mix.
 func TestMemCacheRuns(t *testing.T) {
-	id := func(i int) FrameID { return FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
+	id := func(i int) segment.FrameID { return segment.FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
 	c := newMemCache(3*1000 + 8*memEntryOverhead)
 	buf := make([]byte, 1000)
 	run := func(seg uint64) {
-		c.putRun(seg, []uint32{0, 100, 200}, []FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
+		c.putRun(seg, []uint32{0, 100, 200}, []segment.FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
 	}
 	run(1)
 	run(2)
@@ -616,7 +617,7 @@ func TestMemCacheRuns(t *testing.T) {
 		t.Fatalf("forget left run 1 (frames %d)", c.len())
 	}
 	// A run larger than the budget is not cached.
-	c.putRun(5, []uint32{0}, []FrameID{id(0)}, [][]byte{buf}, c.max)
+	c.putRun(5, []uint32{0}, []segment.FrameID{id(0)}, [][]byte{buf}, c.max)
 	if _, ok := c.get(5, 0, id(0)); ok {
 		t.Fatal("cached a run over the budget")
 	}
@@ -627,11 +628,11 @@ func TestMemCacheRuns(t *testing.T) {
 func TestReadRunSmallCache(t *testing.T) {
 	f := newFixture(t, 12)
 	ctx := context.Background()
-	limit := int64(5 * (ExtentSize + memEntryOverhead))
+	limit := int64(5 * (segment.ExtentSize + memEntryOverhead))
 	r := f.reader(t, ReaderOptions{MemoryBytes: limit})
 	for round := range 3 {
 		for i := 0; i+3 <= len(f.ids); i += 3 {
-			out, err := r.ReadRun(ctx, f.ids[i:i+3], f.ps[i:i+3])
+			out, err := runOf(r, ctx, f.ids[i:i+3], f.ps[i:i+3])
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -647,7 +648,7 @@ func TestReadRunSmallCache(t *testing.T) {
 	}
 	// The last run is cached: reading it again sends nothing.
 	f.cs.reset()
-	if _, err := r.ReadRun(ctx, f.ids[9:], f.ps[9:]); err != nil || f.cs.total() != 0 {
+	if _, err := runOf(r, ctx, f.ids[9:], f.ps[9:]); err != nil || f.cs.total() != 0 {
 		t.Fatalf("re-read of the last run: %v, %d requests", err, f.cs.total())
 	}
 }
@@ -656,10 +657,10 @@ func TestReadRunSmallCache(t *testing.T) {
 // dropping one of a run hides that frame only, and the run's memory goes
 // when the run does.
 func TestMemCacheDrop(t *testing.T) {
-	id := func(i int) FrameID { return FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
+	id := func(i int) segment.FrameID { return segment.FrameID{Ino: 1, Extent: uint64(i), Gen: 1} }
 	c := newMemCache(1 << 20)
 	buf := make([]byte, 1000)
-	c.putRun(1, []uint32{0, 100, 200}, []FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
+	c.putRun(1, []uint32{0, 100, 200}, []segment.FrameID{id(0), id(1), id(2)}, [][]byte{buf[:100], buf[100:200], buf[200:300]}, int64(len(buf)))
 	c.put(2, 0, id(3), make([]byte, 500))
 	full := c.used
 	c.drop(2, 0)
@@ -690,7 +691,9 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	f := newFixture(t, 6*per)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{MemoryBytes: runBufSize + per*memEntryOverhead + 1000}) // one run
-	group := func(g int) ([]FrameID, []Pointer) { return f.ids[g*per : (g+1)*per], f.ps[g*per : (g+1)*per] }
+	group := func(g int) ([]segment.FrameID, []segment.Pointer) {
+		return f.ids[g*per : (g+1)*per], f.ps[g*per : (g+1)*per]
+	}
 	check := func(what string, g int, datas [][]byte) {
 		t.Helper()
 		for j, d := range datas {
@@ -702,7 +705,7 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	lent := func(g int) ([][]byte, *Loan) {
 		t.Helper()
 		ids, ps := group(g)
-		datas, loan, err := r.ReadRunLent(ctx, ids, ps)
+		datas, loan, err := runLent(r, ctx, ids, ps)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -712,7 +715,7 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	fetch := func(g int) {
 		t.Helper()
 		ids, ps := group(g)
-		if err := r.Fetch(ctx, ids, ps); err != nil {
+		if err := fill(r, ctx, ids, ps); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -744,7 +747,7 @@ func TestRunBuffersReusedOnlyWhenUnread(t *testing.T) {
 	// A frame handed out by ReadRun has no release: its buffer is never
 	// used again.
 	ids, ps := group(5)
-	kept, err := r.ReadRun(ctx, ids, ps)
+	kept, err := runOf(r, ctx, ids, ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -765,7 +768,7 @@ func TestReadRunTo(t *testing.T) {
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{})
 	// Frames 3 and 4 cached, by a read that keeps them.
-	if _, err := r.ReadRun(ctx, f.ids[3:5], f.ps[3:5]); err != nil {
+	if _, err := runOf(r, ctx, f.ids[3:5], f.ps[3:5]); err != nil {
 		t.Fatal(err)
 	}
 	var dst [][]byte
@@ -779,7 +782,7 @@ func TestReadRunTo(t *testing.T) {
 			dst[i] = make([]byte, p.PlainLen, p.PlainLen+100) // room past the frame must stay untouched
 		}
 		f.cs.reset()
-		if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+		if err := runTo(r, ctx, f.ids, f.ps, dst); err != nil {
 			t.Fatal(err)
 		}
 		for i := range dst {
@@ -798,19 +801,19 @@ func TestReadRunTo(t *testing.T) {
 			t.Fatalf("%d requests, want 1 (the frames around the cached ones, reading through them)", n)
 		}
 	}
-	if err := r.ReadRunTo(ctx, f.ids[:1], f.ps[:1], [][]byte{make([]byte, 1)}); err == nil {
+	if err := runTo(r, ctx, f.ids[:1], f.ps[:1], [][]byte{make([]byte, 1)}); err == nil {
 		t.Fatal("a buffer of the wrong length was accepted")
 	}
 
 	bad := bytes.Clone(f.data)
 	bad[f.ps[6].Offset+30] ^= 1
-	if _, err := f.cs.Put(ctx, Key(f.segID), bad, objstore.PutOptions{}); err != nil {
+	if _, err := f.cs.Put(ctx, segment.Key(f.segID), bad, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	r2 := f.reader(t, ReaderOptions{})
-	err := r2.ReadRunTo(ctx, f.ids[5:8], f.ps[5:8], dst[5:8])
-	var ce *CorruptError
-	if !errors.As(err, &ce) || ce.Key != Key(f.segID) || ce.Offset != int64(f.ps[6].Offset) {
+	err := runTo(r2, ctx, f.ids[5:8], f.ps[5:8], dst[5:8])
+	var ce *segment.CorruptError
+	if !errors.As(err, &ce) || ce.Key != segment.Key(f.segID) || ce.Offset != int64(f.ps[6].Offset) {
 		t.Fatalf("damaged frame: %v", err)
 	}
 }
@@ -819,7 +822,7 @@ func TestReadRunTo(t *testing.T) {
 // reads of frames inside them without another request, also a read that
 // straddles two spans and one through ReadRunLent; a span leaves the
 // table and its buffer goes back to the pool once all of it has been
-// read, or aheadTTL after its read; a full table refuses new spans; and a
+// read; a full table refuses new spans, and lets a stale one go; and a
 // read-ahead that failed leaves the reader to read the frames itself.
 func TestReadAheadServesReadRunTo(t *testing.T) {
 	const per = 40 // a run over half a pooled buffer, as fs reads ahead
@@ -832,7 +835,7 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 		for i := range dst {
 			dst[i] = make([]byte, f.ps[lo+i].PlainLen)
 		}
-		if err := r.ReadRunTo(ctx, f.ids[lo:hi], f.ps[lo:hi], dst); err != nil {
+		if err := runTo(r, ctx, f.ids[lo:hi], f.ps[lo:hi], dst); err != nil {
 			t.Fatal(err)
 		}
 		for i := range dst {
@@ -857,15 +860,15 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 		}
 	}
 
-	r.ReadAhead(ctx, f.ps[:per])
-	r.ReadAhead(ctx, f.ps[per:2*per])
+	aheadOf(r, ctx, f.ps[:per])
+	aheadOf(r, ctx, f.ps[per:2*per])
 	requests(2, "two runs read ahead")
-	r.ReadAhead(ctx, f.ps[3:per/2]) // inside a span held already
+	aheadOf(r, ctx, f.ps[3:per/2]) // inside a span held already
 	requests(2, "a run inside a span held")
 	free := freeBufs()
 	readTo(0, per-5)
 	readTo(per-5, per+5) // across both spans
-	datas, loan, err := r.ReadRunLent(ctx, f.ids[per+5:2*per], f.ps[per+5:2*per])
+	datas, loan, err := runLent(r, ctx, f.ids[per+5:2*per], f.ps[per+5:2*per])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -886,9 +889,9 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	// leaves once its frames are read.
 	f.cs.reset()
 	fetched := r.Stats().BytesFetched
-	r.ReadAhead(ctx, f.ps[:per])
-	r.ReadAhead(ctx, f.ps[per-2:2*per]) // shares two frames with the first
-	r.ReadAhead(ctx, f.ps[per-1:per+1]) // held whole: nothing to read
+	aheadOf(r, ctx, f.ps[:per])
+	aheadOf(r, ctx, f.ps[per-2:2*per]) // shares two frames with the first
+	aheadOf(r, ctx, f.ps[per-1:per+1]) // held whole: nothing to read
 	readTo(0, 2*per)
 	requests(2, "overlapping read-aheads")
 	if got, want := r.Stats().BytesFetched-fetched, f.ps[2*per-1].End()-uint64(f.ps[0].Offset); got != want {
@@ -901,7 +904,7 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 	// A full table refuses new spans; its spans still serve their frames.
 	f.cs.reset()
 	for i := range aheadMax + 2 {
-		r.ReadAhead(ctx, f.ps[2*per+i:2*per+i+1])
+		aheadOf(r, ctx, f.ps[2*per+i:2*per+i+1])
 	}
 	requests(aheadMax, "a full table")
 	readTo(2*per+aheadMax, 2*per+aheadMax+2) // refused: read here, with one request
@@ -911,35 +914,47 @@ func TestReadAheadServesReadRunTo(t *testing.T) {
 		t.Fatalf("%d spans held after all were read", spans())
 	}
 
-	// A span nobody reads leaves the table aheadTTL after its read.
-	defer func(ttl time.Duration) { aheadTTL = ttl }(aheadTTL)
-	aheadTTL = 20 * time.Millisecond
-	r.ReadAhead(ctx, f.ps[:per])
+	// A span nobody reads whole stays, however long its reader takes, and
+	// makes way in a full table once aheadStale newer read-aheads were
+	// asked for.
+	aheadOf(r, ctx, f.ps[:per])
 	readTo(0, 1) // reads a little of it
-	free = freeBufs()
-	deadline := time.Now().Add(5 * time.Second)
-	for spans() != 0 || freeBufs() != free+1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a span left unread: %d spans held, %d free buffers (was %d) after 5 s", spans(), freeBufs(), free)
-		}
-		time.Sleep(5 * time.Millisecond)
+	holds := func(p segment.Pointer) bool {
+		r.ahead.mu.Lock()
+		defer r.ahead.mu.Unlock()
+		return r.ahead.holdsLocked(p)
 	}
+	for i := range aheadStale - 1 {
+		aheadOf(r, ctx, f.ps[per+i:per+i+1])
+	}
+	if !holds(f.ps[1]) || spans() != aheadMax {
+		t.Fatalf("before it is stale: span held %v, %d spans, want it and a full table", holds(f.ps[1]), spans())
+	}
+	f.cs.reset()
+	readTo(1, 2)
+	requests(0, "a frame of a span left unread")
+	aheadOf(r, ctx, f.ps[per+aheadStale-1:per+aheadStale])
+	if holds(f.ps[2]) || !holds(f.ps[per+aheadStale-1]) {
+		t.Fatalf("once stale: old span held %v, new one held %v; want it replaced", holds(f.ps[2]), holds(f.ps[per+aheadStale-1]))
+	}
+	readTo(2, 3)
+	requests(2, "the new span and a frame of the stale one")
 
 	// A read-ahead that fails is dropped; the reader reads for itself.
 	other := newFixture(t, 4)
 	r2 := other.reader(t, ReaderOptions{})
-	if err := other.cs.Delete(ctx, Key(other.segID)); err != nil {
+	if err := other.cs.Delete(ctx, segment.Key(other.segID)); err != nil {
 		t.Fatal(err)
 	}
-	r2.ReadAhead(ctx, other.ps)
-	if _, err := other.cs.Put(ctx, Key(other.segID), other.data, objstore.PutOptions{}); err != nil {
+	aheadOf(r2, ctx, other.ps)
+	if _, err := other.cs.Put(ctx, segment.Key(other.segID), other.data, objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dst := make([][]byte, len(other.ps))
 	for i, p := range other.ps {
 		dst[i] = make([]byte, p.PlainLen)
 	}
-	if err := r2.ReadRunTo(ctx, other.ids, other.ps, dst); err != nil {
+	if err := runTo(r2, ctx, other.ids, other.ps, dst); err != nil {
 		t.Fatalf("after a failed read-ahead: %v", err)
 	}
 	for i := range dst {
@@ -956,8 +971,6 @@ func TestReadAheadConcurrent(t *testing.T) {
 	f := newFixture(t, 4*per)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{})
-	defer func(ttl time.Duration) { aheadTTL = ttl }(aheadTTL)
-	aheadTTL = time.Millisecond // spans also expire while read
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 4 {
@@ -965,7 +978,7 @@ func TestReadAheadConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for g := range 4 {
-				r.ReadAhead(ctx, f.ps[g*per:(g+1)*per])
+				aheadOf(r, ctx, f.ps[g*per:(g+1)*per])
 			}
 		}()
 		go func() {
@@ -976,7 +989,7 @@ func TestReadAheadConcurrent(t *testing.T) {
 				for i := range dst {
 					dst[i] = make([]byte, f.ps[g*per+i].PlainLen)
 				}
-				if err := r.ReadRunTo(ctx, f.ids[g*per:(g+1)*per], f.ps[g*per:(g+1)*per], dst); err != nil {
+				if err := runTo(r, ctx, f.ids[g*per:(g+1)*per], f.ps[g*per:(g+1)*per], dst); err != nil {
 					errs <- err
 					return
 				}

@@ -1,40 +1,46 @@
-package segment
+package segread
 
 import (
 	"context"
 	"sync"
-	"time"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
 )
 
 // Sealed read-ahead. A sequential reader of a local store has its frames
-// decrypted straight into its buffer (ReadRunTo), and their sealed bytes
+// decrypted straight into its buffer (readRunTo), and their sealed bytes
 // are read past the page cache (objstore.ReadSpan), so the kernel no
-// longer reads ahead of it. ReadAhead does: it reads a run's sealed span
+// longer reads ahead of it. readAhead does: it reads a run's sealed span
 // into a buffer (a pooled one, for runs of up to about 2 MiB) that the
 // next reads of frames inside the span decrypt from, waiting for it if it
 // is still being read. Only sealed bytes wait here, each decrypted once,
 // by the reader that wants it.
 //
-// The spans are few and short-lived. A span leaves the table once readers
-// have taken as many bytes from it as it holds, or aheadTTL after its read
-// if they have not (a reader that stopped, read around it, or found the
-// frames in the memory cache); its buffer goes back to the pool when no
-// reader decrypts from it any more. When the table is full, a new span is
-// refused rather than one pushed out, as the oldest is the one a reader
-// wants next, and the kernel is asked to read the run into its page cache
-// instead (objstore.WillNeed), which the reads then copy from.
+// The spans are few. A span leaves the table once readers have taken as
+// many bytes from it as it holds; one they have not (a reader that
+// stopped, read around it, or found the frames in the memory cache) stays
+// until the table is full and aheadStale newer read-aheads have been asked
+// for since its own, and then makes way for a new one. Its lifetime is so
+// counted in read-aheads, not in time: on a busy machine a reader may take
+// seconds to reach a span, which must still be there when it does, or its
+// frames are read twice. A span's buffer goes back to the pool when no
+// reader decrypts from it any more. When the table is full of spans that
+// are not stale, a new span is refused rather than one pushed out, as the
+// oldest is the one a reader wants next, and the kernel is asked to read
+// the run into its page cache instead (objstore.WillNeed), which the reads
+// then copy from.
 
 // aheadMax bounds the spans held, at most 53 MiB of buffers: the local
 // read-ahead window of one reader (fs, 24 MiB) in runs of 2 MiB, or of
 // 1 MiB where segments are that small.
 const aheadMax = 24
 
-// aheadTTL is how long a span read ahead waits for its readers after its
-// read: the fs read-ahead window (24 MiB) takes a reader of 24 MiB/s that
-// long to reach.
-var aheadTTL = time.Second // a variable for tests
+// aheadStale is how many read-aheads asked for after a span's own make it
+// stale, to be pushed out of a full table: twice the table, which the
+// spans of live readers (each a window ahead of its reader) do not reach.
+const aheadStale = 2 * aheadMax
 
 // aheadSpan is the sealed bytes [start, end) of a segment, read ahead.
 type aheadSpan struct {
@@ -49,15 +55,15 @@ type aheadSpan struct {
 	pooled bool
 
 	// Under aheadTable.mu:
-	refs  int    // readers decrypting from data
-	used  uint64 // bytes taken from it so far
-	gone  bool   // out of the table: buf goes back once refs and the read are done
-	read  bool   // the read has finished
-	timer *time.Timer
+	refs int    // readers decrypting from data
+	used uint64 // bytes taken from it so far
+	gone bool   // out of the table: buf goes back once refs and the read are done
+	read bool   // the read has finished
+	born uint64 // aheadTable.asked when it was asked for
 }
 
 // holds reports whether the span covers the frame at p.
-func (s *aheadSpan) holds(p Pointer) bool {
+func (s *aheadSpan) holds(p segment.Pointer) bool {
 	return s.seg == p.Segment && s.start <= uint64(p.Offset) && p.End() <= s.end
 }
 
@@ -65,17 +71,31 @@ func (s *aheadSpan) holds(p Pointer) bool {
 type aheadTable struct {
 	mu    sync.Mutex
 	spans []*aheadSpan
+	asked uint64 // read-aheads asked for that needed a new span
 }
 
-// ReadAhead reads the sealed bytes of the run ps (frames adjacent in one
+// evictStaleLocked takes the stale spans out of a full table.
+func (t *aheadTable) evictStaleLocked(bufs *runBufs) {
+	if len(t.spans) < aheadMax {
+		return
+	}
+	for _, s := range append([]*aheadSpan(nil), t.spans...) {
+		if t.asked-s.born >= aheadStale {
+			t.removeLocked(s)
+			t.freeLocked(s, bufs)
+		}
+	}
+}
+
+// readAhead reads the sealed bytes of the run ps (frames adjacent in one
 // segment, in offset order) for the reads to come, but not the frames
 // that spans held already cover. It returns when they are read; errors
 // are left to the readers, which then read the frames themselves. A
 // reader with a disk cache reads ahead here only a run that the cache
 // holds whole, from the cache (or its queue), and reports whether it
-// did: any other is for Fetch, which fetches it from the store into both
-// caches.
-func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
+// did: any other is for a Fill request, which fetches it from the store
+// into both caches.
+func (r *Reader) readAhead(ctx context.Context, ps []segment.Pointer) bool {
 	if len(ps) == 0 || r.checkRun(ps) != nil {
 		return false
 	}
@@ -102,14 +122,16 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 		return true
 	}
 	seg, start, end := ps[0].Segment, uint64(ps[0].Offset), ps[len(ps)-1].End()
+	t.asked++
+	t.evictStaleLocked(&r.bufs)
 	if len(t.spans) >= aheadMax {
 		t.mu.Unlock()
 		if r.disk == nil {
-			objstore.WillNeed(r.store, Key(seg), int64(start), int64(end-start))
+			objstore.WillNeed(r.store, segment.Key(seg), int64(start), int64(end-start))
 		}
 		return true
 	}
-	sp := &aheadSpan{seg: seg, start: start, end: end, done: make(chan struct{})}
+	sp := &aheadSpan{seg: seg, start: start, end: end, done: make(chan struct{}), born: t.asked}
 	t.spans = append(t.spans, sp)
 	t.mu.Unlock()
 
@@ -118,7 +140,7 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 	if r.disk != nil {
 		buf, data, pooled = r.readDiskSpan(seg, int64(start), int(end-start))
 	} else {
-		buf, data, pooled, _ = r.readSealed(ctx, Key(seg), int64(start), int(end-start), true)
+		buf, data, pooled, _ = r.readSealed(ctx, segment.Key(seg), int64(start), int(end-start), true)
 	}
 	t.mu.Lock()
 	sp.data, sp.buf, sp.pooled, sp.read = data, buf, pooled, true
@@ -126,13 +148,10 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 	if data == nil {
 		t.removeLocked(sp)
 	}
-	if !sp.gone {
-		sp.timer = time.AfterFunc(aheadTTL, func() { t.expire(sp, &r.bufs) })
-	}
 	t.freeLocked(sp, &r.bufs)
 	t.mu.Unlock()
 	// A run the disk cache could not give whole after all (evicted, or
-	// its file unreadable) is for Fetch.
+	// its file unreadable) is for a Fill request.
 	return r.disk == nil || data != nil
 }
 
@@ -140,7 +159,7 @@ func (r *Reader) ReadAhead(ctx context.Context, ps []Pointer) bool {
 // disk cache into a scratch buffer and returns the buffer, the bytes
 // (nil if it could not read them all) and whether the buffer is pooled.
 func (r *Reader) readDiskSpan(seg uint64, off int64, n int) (buf, data []byte, pooled bool) {
-	buf, pooled = r.bufs.scratch(n + objstore.SpanSlack)
+	buf, pooled = r.bufs.scratch(n + directio.Slack)
 	data, err := r.disk.readSpan(seg, off, n, buf)
 	if err != nil || len(data) < n {
 		if pooled {
@@ -156,7 +175,7 @@ func (r *Reader) readDiskSpan(seg uint64, off int64, n int) (buf, data []byte, p
 // the frames ps[i], i in g, from the first on it holds. If no span holds
 // that frame, it returns nil and how many, from the first on, no span
 // holds.
-func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
+func (t *aheadTable) take(ps []segment.Pointer, g []int) (*aheadSpan, int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range t.spans {
@@ -177,7 +196,7 @@ func (t *aheadTable) take(ps []Pointer, g []int) (*aheadSpan, int) {
 }
 
 // holdsLocked reports whether a span in the table covers the frame at p.
-func (t *aheadTable) holdsLocked(p Pointer) bool {
+func (t *aheadTable) holdsLocked(p segment.Pointer) bool {
 	for _, s := range t.spans {
 		if s.holds(p) {
 			return true
@@ -209,7 +228,7 @@ func (t *aheadTable) creditLocked(sp *aheadSpan, n uint64) {
 // passed credits the spans holding the frames ps[i], i not in want (an
 // ascending list), which a reader found elsewhere (the memory cache), as
 // if it had read them from the spans.
-func (t *aheadTable) passed(ps []Pointer, want []int, bufs *runBufs) {
+func (t *aheadTable) passed(ps []segment.Pointer, want []int, bufs *runBufs) {
 	if len(want) == len(ps) {
 		return
 	}
@@ -231,22 +250,11 @@ func (t *aheadTable) passed(ps []Pointer, want []int, bufs *runBufs) {
 	}
 }
 
-// expire takes sp out of the table if its readers have not read it all.
-func (t *aheadTable) expire(sp *aheadSpan, bufs *runBufs) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.removeLocked(sp)
-	t.freeLocked(sp, bufs)
-}
-
 // removeLocked takes sp out of the table if it is still there.
 func (t *aheadTable) removeLocked(sp *aheadSpan) {
 	for i, s := range t.spans {
 		if s == sp {
 			s.gone = true
-			if s.timer != nil {
-				s.timer.Stop()
-			}
 			t.spans = append(t.spans[:i], t.spans[i+1:]...)
 			return
 		}
@@ -271,11 +279,11 @@ func (t *aheadTable) freeLocked(sp *aheadSpan, bufs *runBufs) {
 // done gives back what the frames lie in; call it once they are opened.
 //
 // A reader with a disk cache reads the store here, never a span: its
-// spans hold what the disk cache held (ReadAhead), which is what a
+// spans hold what the disk cache held (readAhead), which is what a
 // caller reading the store wants to get past (an entry found damaged),
 // and the frames it returns are the disk cache's to keep (putOwned),
 // where a span's buffer goes back to its pool.
-func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
+func (r *Reader) sealedFrames(ctx context.Context, ps []segment.Pointer, g []int, pool bool) (frames [][]byte, done func(), err error) {
 	return r.sealedFramesFrom(ctx, ps, g, r.disk == nil, func(g []int) ([]byte, [][]byte, bool, error) {
 		return r.fetchGroup(ctx, ps, g, pool)
 	})
@@ -285,7 +293,7 @@ func (r *Reader) sealedFrames(ctx context.Context, ps []Pointer, g []int, pool b
 // fromSpans set, and reading the others with read (one stretch of g at a
 // time: its buffer, the frames' bytes in it, and whether the buffer is a
 // pooled scratch one).
-func (r *Reader) sealedFramesFrom(ctx context.Context, ps []Pointer, g []int, fromSpans bool, read func(g []int) ([]byte, [][]byte, bool, error)) (frames [][]byte, done func(), err error) {
+func (r *Reader) sealedFramesFrom(ctx context.Context, ps []segment.Pointer, g []int, fromSpans bool, read func(g []int) ([]byte, [][]byte, bool, error)) (frames [][]byte, done func(), err error) {
 	frames = make([][]byte, len(g))
 	var spans []*aheadSpan
 	var used []uint64

@@ -1,4 +1,4 @@
-package segment
+package segread
 
 import (
 	"bytes"
@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/fileutil"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/segment"
+	"golang.org/x/sys/unix"
 )
 
 // fakeDisk is a filesystem of total bytes whose free space is what the
@@ -144,7 +145,7 @@ func TestDiskCacheEIO(t *testing.T) {
 	if st := r.Stats(); st.DiskEntries != 2 {
 		t.Fatalf("%d entries", st.DiskEntries)
 	}
-	eio := func(*os.File, *objstore.DirectFile, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
+	eio := func(*os.File, *directio.File, int64, int, []byte) ([]byte, error) { return nil, syscall.EIO }
 	eioW := func(string, string, int64, []byte, []diskEntry) error { return syscall.EIO }
 	setDisk(r, func(c *diskCache) { c.readFrame, c.writeFrames = eio, eioW })
 
@@ -236,7 +237,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	f := newFixture(t, 8)
 	ctx := context.Background()
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil {
+	if _, err := runOf(r, ctx, f.ids, f.ps); err != nil {
 		t.Fatal(err)
 	}
 	r.disk.sync()
@@ -255,7 +256,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	}
 	var reads [][2]int64
 	setDisk(r, func(c *diskCache) {
-		c.readFrame = func(fl *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
+		c.readFrame = func(fl *os.File, df *directio.File, off int64, n int, buf []byte) ([]byte, error) {
 			reads = append(reads, [2]int64{off, int64(n)})
 			return readSpanFile(fl, df, off, n, buf)
 		}
@@ -265,7 +266,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	r.mu.Unlock()
 	f.cs.reset()
 	before := r.Stats()
-	out, err := r.ReadRun(ctx, f.ids, f.ps)
+	out, err := runOf(r, ctx, f.ids, f.ps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,7 @@ func TestReadRunFromDiskCache(t *testing.T) {
 	// In memory now: no read of the disk or the store.
 	reads = nil
 	f.cs.reset()
-	if _, err := r.ReadRun(ctx, f.ids, f.ps); err != nil || len(reads) != 0 || f.cs.total() != 0 {
+	if _, err := runOf(r, ctx, f.ids, f.ps); err != nil || len(reads) != 0 || f.cs.total() != 0 {
 		t.Fatalf("warm run: %v, %d disk reads, %d requests", err, len(reads), f.cs.total())
 	}
 }
@@ -303,28 +304,28 @@ func TestReadRunFromDiskCache(t *testing.T) {
 func TestRelocatedStaysCached(t *testing.T) {
 	f, r := bothCaches(t, 8, 4) // 4-7 never read
 	ctx := context.Background()
-	encoded, err := r.ReadEncoded(ctx, f.ps)
+	encoded, err := sealedOf(r, ctx, f.ps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The repack output: every frame, in reverse order, so that no new
 	// pointer equals an old one.
 	const out = 0x0000000300000001
-	b := NewBuilder(f.k, out, CodecNone)
-	moves := make([]Move, 0, len(f.ps))
+	b := segment.NewBuilder(f.k, out, segment.CodecNone)
+	moves := make([]segment.Move, 0, len(f.ps))
 	for i := len(f.ps) - 1; i >= 0; i-- {
 		np := b.AddEncoded(f.ids[i], encoded[i], f.ps[i].PlainLen)
-		moves = append(moves, Move{Ino: f.ids[i].Ino, Extent: f.ids[i].Extent, Old: f.ps[i], New: np})
+		moves = append(moves, segment.Move{Ino: f.ids[i].Ino, Extent: f.ids[i].Extent, Old: f.ps[i], New: np})
 	}
 	obj := b.Finish()
 	r.Relocated(obj, moves)
 	r.disk.sync()
-	newPtr := func(i int) Pointer { return moves[len(moves)-1-i].New }
+	newPtr := func(i int) segment.Pointer { return moves[len(moves)-1-i].New }
 
 	// The output is not in the store: a cached frame must not need it.
 	f.cs.reset()
 	for i := range 4 {
-		got, err := r.Read(ctx, f.ids[i], newPtr(i))
+		got, err := readOf(r, ctx, f.ids[i], newPtr(i))
 		if err != nil || !bytes.Equal(got, f.plains[i]) {
 			t.Fatalf("frame %d at its new place: %v", i, err)
 		}
@@ -338,7 +339,7 @@ func TestRelocatedStaysCached(t *testing.T) {
 	r.mu.Unlock()
 	before := r.Stats()
 	for i := range 4 {
-		got, err := r.Read(ctx, f.ids[i], newPtr(i))
+		got, err := readOf(r, ctx, f.ids[i], newPtr(i))
 		if err != nil || !bytes.Equal(got, f.plains[i]) {
 			t.Fatalf("frame %d from the disk cache at its new place: %v", i, err)
 		}
@@ -347,7 +348,7 @@ func TestRelocatedStaysCached(t *testing.T) {
 		t.Fatalf("%d disk hits and %d requests, want 4 and 0", hits, f.cs.total())
 	}
 	// Frames that were not cached are not admitted at their new place.
-	if _, err := r.Read(ctx, f.ids[6], newPtr(6)); err == nil {
+	if _, err := readOf(r, ctx, f.ids[6], newPtr(6)); err == nil {
 		t.Fatal("a frame that was not cached was read from its new place without the store")
 	}
 }
@@ -392,7 +393,7 @@ func TestAdmitOverflowKeepsUploadedFrames(t *testing.T) {
 	}
 }
 
-func sumLength(ps []Pointer) int64 {
+func sumLength(ps []segment.Pointer) int64 {
 	var n int64
 	for _, p := range ps {
 		n += int64(p.Length)
@@ -431,9 +432,9 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 	}
 	for i := range 3 {
 		seg := uint64(0x0000000500000000 + i)
-		ps := make([]Pointer, frames)
+		ps := make([]segment.Pointer, frames)
 		for j := range ps {
-			ps[j] = Pointer{Segment: seg, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
+			ps[j] = segment.Pointer{Segment: seg, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
 		}
 		r.Admit(make([]byte, objSize), ps, func() { released[i].Add(1) })
 	}
@@ -447,7 +448,7 @@ func TestAdmitBoundsHeldMemory(t *testing.T) {
 
 	// A 100 MiB repack output with two cached frames: copied, 8 KiB held.
 	before := held()
-	r.Admit(make([]byte, 100<<20), []Pointer{
+	r.Admit(make([]byte, 100<<20), []segment.Pointer{
 		{Segment: 0x0000000600000000, Offset: 1 << 20, Length: 4096, PlainLen: 4055},
 		{Segment: 0x0000000600000000, Offset: 90 << 20, Length: 4096, PlainLen: 4055},
 	}, func() { released[3].Add(1) })
@@ -501,9 +502,9 @@ func TestAdmitCopiesUpToTheQueueBound(t *testing.T) {
 	f := newFixture(t, 1)
 	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), DiskBytes: 1 << 30})
 	const frame, frames = 1 << 20, 70
-	ps := make([]Pointer, frames)
+	ps := make([]segment.Pointer, frames)
 	for j := range ps {
-		ps[j] = Pointer{Segment: 0x0000000800000000, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
+		ps[j] = segment.Pointer{Segment: 0x0000000800000000, Offset: uint32(j * frame), Length: frame, PlainLen: frame - 41}
 	}
 	r.Admit(make([]byte, 100<<20), ps, nil)
 	r.disk.sync()
@@ -581,7 +582,7 @@ func TestDiskCacheRunSkipsPageCache(t *testing.T) {
 	forget()
 	f.readAll(t, r, 5)
 	p := f.ps[9]
-	part, err := r.ReadPart(context.Background(), f.ids[9], p, 100, int(p.PlainLen)-100)
+	part, err := partOf(r, context.Background(), f.ids[9], p, 100, int(p.PlainLen)-100)
 	if err != nil || !bytes.Equal(part, f.plains[9][100:int(p.PlainLen)-100]) {
 		t.Fatalf("a part of frame 9: %v, or wrong bytes", err)
 	}
@@ -616,16 +617,16 @@ func TestReadSpanFileEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var df objstore.DirectFile
+	var df directio.File
 	defer df.Close()
 	off := len(want) - 300001
-	for _, buf := range [][]byte{make([]byte, 1<<20+objstore.SpanSlack), make([]byte, 1<<20), nil} {
+	for _, buf := range [][]byte{make([]byte, 1<<20+directio.Slack), make([]byte, 1<<20), nil} {
 		got, err := readSpanFile(f, &df, int64(off), 1<<20, buf)
 		if err != nil || !bytes.Equal(got, want[off:]) {
 			t.Fatalf("a span past the end (buffer of %d): %v, %d bytes, want the last 300001", len(buf), err, len(got))
 		}
 	}
-	got, err := readSpanFile(f, &df, 12345, 600000, make([]byte, 600000+objstore.SpanSlack))
+	got, err := readSpanFile(f, &df, 12345, 600000, make([]byte, 600000+directio.Slack))
 	if err != nil || !bytes.Equal(got, want[12345:12345+600000]) {
 		t.Fatalf("a span inside the file: %v", err)
 	}
@@ -641,7 +642,7 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, 32)
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
-	if _, err := r.ReadRun(ctx, f.ids[:24], f.ps[:24]); err != nil {
+	if _, err := runOf(r, ctx, f.ids[:24], f.ps[:24]); err != nil {
 		t.Fatal(err)
 	}
 	r.disk.sync()
@@ -660,10 +661,10 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 		}
 	}
 	fl.Close()
-	if r.ReadAhead(ctx, f.ps[20:28]) {
+	if aheadOf(r, ctx, f.ps[20:28]) {
 		t.Fatal("ReadAhead took a run the disk cache holds only part of")
 	}
-	if !r.ReadAhead(ctx, f.ps[8:16]) {
+	if !aheadOf(r, ctx, f.ps[8:16]) {
 		t.Fatal("ReadAhead refused a run the disk cache holds whole")
 	}
 	f.cs.reset()
@@ -677,7 +678,7 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 	// read again from the store.
 	for _, part := range [][2]int{{0, 12}, {12, len(f.ps)}} {
 		a, b := part[0], part[1]
-		if err := r.ReadRunTo(ctx, f.ids[a:b], f.ps[a:b], dst[a:b]); err != nil {
+		if err := runTo(r, ctx, f.ids[a:b], f.ps[a:b], dst[a:b]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -715,7 +716,7 @@ func TestReadRunToFromDiskCache(t *testing.T) {
 	r.mu.mem = newMemCache(1 << 20)
 	r.mu.Unlock()
 	f.cs.reset()
-	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+	if err := runTo(r, ctx, f.ids, f.ps, dst); err != nil {
 		t.Fatal(err)
 	}
 	if n := f.cs.total(); n != 0 {
@@ -748,7 +749,7 @@ func TestQueuedFramesRead(t *testing.T) {
 		}
 	}
 	for _, i := range []int{0, 3, 5, 7} {
-		got, err := r.Read(ctx, f.ids[i], f.ps[i])
+		got, err := readOf(r, ctx, f.ids[i], f.ps[i])
 		check("Read", i, got, err)
 	}
 	stream := func(from, to int) {
@@ -757,13 +758,13 @@ func TestQueuedFramesRead(t *testing.T) {
 		for j := range dst {
 			dst[j] = make([]byte, f.ps[from+j].PlainLen)
 		}
-		err := r.ReadRunTo(ctx, f.ids[from:to], f.ps[from:to], dst)
+		err := runTo(r, ctx, f.ids[from:to], f.ps[from:to], dst)
 		for j := range dst {
 			check("ReadRunTo", from+j, dst[j], err)
 		}
 	}
 	stream(0, 6)
-	part, err := r.ReadPart(ctx, f.ids[2], f.ps[2], 100, 5000)
+	part, err := partOf(r, ctx, f.ids[2], f.ps[2], 100, 5000)
 	if err != nil || !bytes.Equal(part, f.plains[2][100:5000]) {
 		t.Fatalf("ReadPart of a queued frame: %v", err)
 	}
@@ -813,7 +814,7 @@ func TestQueuedFramesRead(t *testing.T) {
 	c.mu.Lock()
 	c.pendLocked(again)
 	c.mu.Unlock()
-	if !r.ReadAhead(ctx, f.ps) {
+	if !aheadOf(r, ctx, f.ps) {
 		t.Fatal("ReadAhead left a run of written and queued frames to Fetch")
 	}
 	r.ahead.mu.Lock()
@@ -854,7 +855,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 	// (punched out; 2 and 3 keep the file).
 	var evict atomic.Bool
 	setDisk(r, func(c *diskCache) {
-		c.readFrame = func(file *os.File, df *objstore.DirectFile, off int64, n int, buf []byte) ([]byte, error) {
+		c.readFrame = func(file *os.File, df *directio.File, off int64, n int, buf []byte) ([]byte, error) {
 			if evict.Swap(false) {
 				c.mu.Lock()
 				for _, i := range []int{0, 1} {
@@ -874,7 +875,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 		}
 	}
 	evict.Store(true)
-	got, err := r.Read(ctx, f.ids[0], f.ps[0])
+	got, err := readOf(r, ctx, f.ids[0], f.ps[0])
 	check("Read", 0, got, err)
 	f.readAll(t, r, 0, 1) // cached again from the store
 	evict.Store(true)
@@ -882,7 +883,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 	for i := range dst {
 		dst[i] = make([]byte, f.ps[i].PlainLen)
 	}
-	err = r.ReadRunTo(ctx, f.ids, f.ps, dst)
+	err = runTo(r, ctx, f.ids, f.ps, dst)
 	for i := range dst {
 		check("ReadRunTo", i, dst[i], err)
 	}
@@ -907,7 +908,7 @@ func TestEvictedMeanwhileIsNoDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	file.Close()
-	got, err = r.Read(ctx, f.ids[2], f.ps[2])
+	got, err = readOf(r, ctx, f.ids[2], f.ps[2])
 	check("Read of a damaged entry", 2, got, err)
 	if n := r.Stats().DiskCorrupt; n != 1 {
 		t.Fatalf("%d damaged entries counted, want 1", n)
@@ -933,7 +934,7 @@ func TestReadRunToLent(t *testing.T) {
 	}
 	dst := bufs()
 	f.cs.reset()
-	lent, loan, err := r.ReadRunToLent(ctx, f.ids, f.ps, dst)
+	lent, loan, err := runToLent(r, ctx, f.ids, f.ps, dst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -954,7 +955,7 @@ func TestReadRunToLent(t *testing.T) {
 		t.Fatalf("%d store requests, want 1 (frames 4-5)", n)
 	}
 	dst = bufs()
-	if err := r.ReadRunTo(ctx, f.ids, f.ps, dst); err != nil {
+	if err := runTo(r, ctx, f.ids, f.ps, dst); err != nil {
 		t.Fatal(err)
 	}
 	for i := range dst {
@@ -970,7 +971,7 @@ func bothCaches(t *testing.T, n, k int) (*fixture, *Reader) {
 	t.Helper()
 	f := newFixture(t, n)
 	r := f.reader(t, ReaderOptions{DiskDir: t.TempDir(), MemoryBytes: 1 << 20})
-	if _, err := r.ReadRun(context.Background(), f.ids[:k], f.ps[:k]); err != nil {
+	if _, err := runOf(r, context.Background(), f.ids[:k], f.ps[:k]); err != nil {
 		t.Fatal(err)
 	}
 	r.disk.sync()
