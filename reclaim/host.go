@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"ebbfs.dev/ebbfs/checkpoint"
-	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -18,11 +17,26 @@ type Host interface {
 	Seal(ctx context.Context) error
 	// Barrier makes everything committed so far durable.
 	Barrier(ctx context.Context) error
-	// DB is the metadata store.
-	DB() *lsm.DB
-	// Reader is the engine's segment reader (its caches are told to forget
-	// deleted segments).
-	Reader() *segment.Reader
+	// Fenced reports why the engine may no longer write (its lease was
+	// lost), or nil.
+	Fenced() error
+	// MetaScan calls f for each metadata record in [lower, upper), in key
+	// order and one consistent view; the slices are valid during the call.
+	MetaScan(lower, upper []byte, f func(k, v []byte) error) error
+	// MetaGet returns a copy of one metadata record's value.
+	MetaGet(key []byte) ([]byte, bool, error)
+	// MetaGetAll calls f(i, value) for each of keys that exists, reading
+	// all of them in one consistent view.
+	MetaGetAll(keys [][]byte, f func(i int, v []byte) error) error
+	// MetaPut sets one of reclamation's own records (LastSweepKey,
+	// DeadlinesKey) to value, or deletes it if value is nil.
+	MetaPut(key, value []byte) error
+	// ForgetSegments tells the engine's caches that these segments'
+	// objects are gone.
+	ForgetSegments(ids ...uint64)
+	// Relocated tells the engine's caches that the frames of moves now
+	// live in the repack output obj.
+	Relocated(obj []byte, moves []segment.Move)
 	// BarrierCutoff runs the barrier and, under the same publication
 	// barrier, returns the cycle's cutoff: every segment below it is
 	// sealed, fully committed and durable; segments still in flight are

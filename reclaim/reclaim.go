@@ -441,7 +441,7 @@ func (r *Reclaimer) runScheduledCycle(why string) (CycleStats, error) {
 	r.mu.Unlock()
 	st, err := r.cycle(r.ctx)
 	r.mu.Lock()
-	if (err != nil || st.Retry) && !r.mu.closed && r.host.DB().Fenced() == nil {
+	if (err != nil || st.Retry) && !r.mu.closed && r.host.Fenced() == nil {
 		r.mu.retryAt = r.clk.Mono() + RetryDelay
 	}
 	r.mu.lastStats = st
