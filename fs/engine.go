@@ -61,7 +61,6 @@ type Engine struct {
 	dirtyWait  chan struct{} // closed and replaced whenever dirty bytes drop
 
 	kickFlush chan struct{} // buffered 1: dirty data passed the segment target
-	kickClean chan struct{} // buffered 1: a tombstone was written
 	closed    atomic.Bool
 	started   atomic.Bool
 	bg        context.Context // background work; canceled by Close
@@ -71,6 +70,7 @@ type Engine struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	waitMu    sync.Mutex
+	hostMu    sync.RWMutex // held shared by a cleaner transaction; Close waits for it
 
 	// commitFault, set only by tests, fails a commit when it returns an error.
 	commitFault func() error
@@ -243,7 +243,6 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		dirtyWait: make(chan struct{}),
 		flushMu:   make(chan struct{}, 1),
 		kickFlush: make(chan struct{}, 1),
-		kickClean: make(chan struct{}, 1),
 	}
 	e.ns.inodes = map[uint64]*inode{}
 	e.inflight = map[uint64]bool{}
@@ -280,16 +279,14 @@ func lockCacheDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// StartBackground starts the periodic flusher and the tombstone cleaner
-// (writers only). Open calls it unless Options.DeferBackground is set; a
+// StartBackground starts the periodic flusher (writers only). Open calls it unless Options.DeferBackground is set; a
 // second call does nothing.
 func (e *Engine) StartBackground() {
 	if e.opts.ReadOnly || e.started.Swap(true) {
 		return
 	}
-	e.wg.Add(2)
+	e.wg.Add(1)
 	go e.flusher(e.bg)
-	go e.cleaner(e.bg)
 }
 
 // load reads the engine's system records and, for a writer, creates the root
@@ -387,11 +384,14 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	// Stop the flusher, the cleaner and read-aheads before the final
-	// barrier: a cleaner transaction committed after it would be in no
-	// journal, accepted but lost.
+	// Stop the flusher and read-aheads, and wait for a tombstone cleaner
+	// transaction under way, before the final barrier: a cleaner
+	// transaction committed after it would be in no journal, accepted but
+	// lost.
 	e.cancel()
 	e.wg.Wait()
+	e.hostMu.Lock() // a cleaner transaction under way (CleanTombstones)
+	e.hostMu.Unlock()
 	var err error
 	if !e.opts.ReadOnly {
 		err = e.finalBarrier(ctx)

@@ -56,7 +56,7 @@ func TestGarbageEventuallyReclaimed(t *testing.T) {
 				}
 				v.barrier()
 				for {
-					n, err := v.e.CleanTombstones(v.ctx)
+					_, n, _, err := v.e.CleanTombstones(v.ctx)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -58,6 +58,14 @@ type Host interface {
 	DropCounter(seg uint64) error
 	// AdjustCounter adds a delta to a segment's counter.
 	AdjustCounter(seg uint64, live, total, size int64) error
+	// CleanTombstones runs one tombstone cleaner transaction (a bounded
+	// batch of pointers of deleted files and truncated ranges, removed
+	// with their counters debited) and says what it finished: tombstones
+	// whose files are now empty, pointers removed and their frame bytes.
+	// With an error, the counts are what was committed before it. It
+	// does nothing while the engine cannot write safely (read-only,
+	// metadata reserve in use, local store failed).
+	CleanTombstones(ctx context.Context) (tombs, extents int, bytes int64, err error)
 }
 
 // CheckpointLister lists the checkpoint records. It must fail if any

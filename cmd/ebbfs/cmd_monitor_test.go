@@ -18,7 +18,7 @@ func sampleState(at time.Time, readBytes, reqs uint64) *monitorState {
 		At: at, Role: roleWriter, Version: "v1", Store: "file:///s", Mountpoint: "/mnt",
 		FUSE:          map[string]stats.OpSnapshot{"read": {Count: readBytes / 4096, Bytes: readBytes}},
 		StoreRequests: objstore.Counts{Get: int64(reqs)},
-		Engine:        fs.StatsSnapshot{Barriers: 3, TombstonesCreated: 1},
+		Engine:        engineStats{StatsSnapshot: fs.StatsSnapshot{Barriers: 3, TombstonesCreated: 1}},
 		Space: &spaceReply{SpaceReport: reclaim.SpaceReport{LiveBytes: 1 << 20, SegmentBytes: 3 << 20, DeadBytes: 2 << 20,
 			AwaitingBytes: 2 << 20, AwaitingSegments: 1, DeadSegments: 1, TombstonesPending: 1, TombstoneBytes: 2 << 20,
 			EarliestDeadline: at.Add(5 * time.Second)}},

@@ -102,12 +102,13 @@ type process struct {
 	log     *slog.Logger
 
 	// What /metrics, /v1/monitor and the page show.
-	checkpoint string          // the checkpoint a checkpoint reader serves
-	fsStats    *fs.Stats       // cleaner and barriers
-	timed      *objstore.Timed // store latency by operation
-	fuseOps    *stats.Ops      // FUSE requests by operation
-	nbdOps     *stats.Ops      // NBD commands
-	lag        *replicaLag     // readers that follow: distance from the writer
+	checkpoint string                // the checkpoint a checkpoint reader serves
+	fsStats    *fs.Stats             // tombstones written and barriers
+	cleaner    *reclaim.CleanerStats // the tombstone cleaner
+	timed      *objstore.Timed       // store latency by operation
+	fuseOps    *stats.Ops            // FUSE requests by operation
+	nbdOps     *stats.Ops            // NBD commands
+	lag        *replicaLag           // readers that follow: distance from the writer
 	sampler    *sampler
 	history    *history
 
@@ -266,7 +267,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		log.Info("serving a checkpoint", "name", rec.Name, "kind", rec.Kind, "manifest", pin)
 	}
 	host, _ := os.Hostname()
-	fsStats := fs.NewStats()
+	fsStats, cleanerStats := fs.NewStats(), reclaim.NewCleanerStats()
 	var events fs.Events
 	triggers := &reclaim.Triggers{}
 	if !f.readOnly {
@@ -288,7 +289,6 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		Clock:            clock.Real{},
 		Events:           events,
 		Stats:            fsStats,
-		CleanerDelay:     testCleanerDelay(log),
 		JournalRetention: testJournalRetention(log),
 		ManifestInterval: testManifestInterval(log),
 		DeferBackground:  true,
@@ -301,10 +301,10 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		return fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
 	}
 	p := &process{c: c, e: e, k: k, st: st, count: counting, mp: mp, started: time.Now(), log: log,
-		checkpoint: f.checkpoint, fsStats: fsStats, timed: timed,
+		checkpoint: f.checkpoint, fsStats: fsStats, cleaner: cleanerStats, timed: timed,
 		fuseOps: stats.NewOps(fuse.FUSEOps...), nbdOps: stats.NewOps(nbdOps...)}
 	p.sampler = &sampler{p: p}
-	p.history = newHistory(fsStats)
+	p.history = newHistory(cleanerStats)
 	if f.readOnly && f.checkpoint == "" {
 		p.lag = &replicaLag{e: e, started: time.Now()}
 	}
@@ -397,7 +397,7 @@ func runFS(c *config.Config, f *runFlags, log *slog.Logger) (retErr error) {
 		cleanup.push(func() { fcancel(); <-done })
 	}
 	if !f.readOnly {
-		bg, err := startBackground(c, e, st, k, triggers, log)
+		bg, err := startBackground(c, e, st, k, triggers, cleanerStats, log)
 		if err != nil {
 			if uerr := srv.Unmount(); uerr != nil {
 				_ = syscall.Unmount(mp, syscall.MNT_DETACH)

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/reclaim"
 )
 
 // historyBucket is the width of one point of the tombstone-cleanup chart,
@@ -42,7 +42,7 @@ type historyReply struct {
 // samples the cumulative counters at every bucket boundary (a ticker);
 // the bucket in progress is computed at request time.
 type history struct {
-	stats *fs.Stats
+	stats *reclaim.CleanerStats
 	stop  chan struct{}
 	done  chan struct{}
 
@@ -50,11 +50,11 @@ type history struct {
 		sync.Mutex
 		points []tombPoint // finished buckets, oldest first
 		start  time.Time   // start of the bucket in progress
-		base   fs.StatsSnapshot
+		base   reclaim.CleanerSnapshot
 	}
 }
 
-func newHistory(s *fs.Stats) *history {
+func newHistory(s *reclaim.CleanerStats) *history {
 	h := &history{stats: s, stop: make(chan struct{}), done: make(chan struct{})}
 	h.mu.start = time.Now().Truncate(historyBucket)
 	h.mu.base = s.Snapshot()
@@ -94,7 +94,7 @@ func (h *history) roll(at time.Time) {
 	h.mu.start, h.mu.base = at, cur
 }
 
-func (h *history) pointLocked(cur fs.StatsSnapshot) tombPoint {
+func (h *history) pointLocked(cur reclaim.CleanerSnapshot) tombPoint {
 	return tombPoint{T: h.mu.start.UnixMilli(), Tombstones: cur.TombstonesProcessed - h.mu.base.TombstonesProcessed,
 		Extents: cur.ExtentsCleaned - h.mu.base.ExtentsCleaned}
 }

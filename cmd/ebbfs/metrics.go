@@ -201,13 +201,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	// Engine: cleaner counters, barriers, caches.
-	es := p.fsStats.Snapshot()
+	es, cs := p.fsStats.Snapshot(), p.cleaner.Snapshot()
 	if !p.e.ReadOnly() {
 		counter(ch, c.tombCreated, float64(es.TombstonesCreated))
-		counter(ch, c.tombProcessed, float64(es.TombstonesProcessed))
-		counter(ch, c.cleanerExtents, float64(es.ExtentsCleaned))
-		counter(ch, c.cleanerBytes, float64(es.BytesCleaned))
-		counter(ch, c.cleanerBatches, float64(es.CleanerBatches))
+		counter(ch, c.tombProcessed, float64(cs.TombstonesProcessed))
+		counter(ch, c.cleanerExtents, float64(cs.ExtentsCleaned))
+		counter(ch, c.cleanerBytes, float64(cs.BytesCleaned))
+		counter(ch, c.cleanerBatches, float64(cs.CleanerBatches))
 		histogram(ch, c.barrierDuration, es.BarrierLatency)
 		counter(ch, c.barrierFailures, float64(es.BarrierFailures))
 		gauge(ch, c.dirty, float64(p.e.DirtyBytes()))

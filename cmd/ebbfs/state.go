@@ -62,7 +62,7 @@ type monitorState struct {
 	SpaceError string      `json:"space_error,omitempty"`
 	SpaceAt    time.Time   `json:"space_at,omitzero"`
 
-	Engine      fs.StatsSnapshot    `json:"engine"`
+	Engine      engineStats         `json:"engine"`
 	DirtyBytes  int64               `json:"dirty_bytes"`
 	Cache       segment.ReaderStats `json:"cache"`
 	MemoryRSS   int64               `json:"memory_rss"`
@@ -177,8 +177,14 @@ func (s *sampler) space(ctx context.Context, bg *background) (*spaceReply, strin
 // reader right after a cycle sees what it did.
 func (s *sampler) spaceGeneration(bg *background) uint64 {
 	_, cycles := bg.r.LastCycle()
-	es := s.p.fsStats.Snapshot()
-	return uint64(cycles) + es.CleanerBatches + es.TombstonesCreated
+	return uint64(cycles) + s.p.cleaner.Snapshot().CleanerBatches + s.p.fsStats.Snapshot().TombstonesCreated
+}
+
+// engineStats is the engine's figures and the tombstone cleaner's, as
+// one JSON object.
+type engineStats struct {
+	fs.StatsSnapshot
+	reclaim.CleanerSnapshot
 }
 
 // state builds a monitorState.
@@ -197,7 +203,7 @@ func (s *sampler) state(ctx context.Context) monitorState {
 		FUSE:        used(p.fuseOps.Snapshot()),
 		NBDOps:      used(p.nbdOps.Snapshot()),
 		StoreOps:    map[string]stats.OpSnapshot{},
-		Engine:      p.fsStats.Snapshot(),
+		Engine:      engineStats{p.fsStats.Snapshot(), p.cleaner.Snapshot()},
 		DirtyBytes:  p.e.DirtyBytes(),
 		Cache:       p.e.Reader().Stats(),
 		MemoryRSS:   rss(),
