@@ -23,7 +23,8 @@ import (
 // to fail them.
 type fakeHost struct {
 	t     testing.TB
-	store objstore.Store
+	store objstore.Store // where segments are uploaded
+	check objstore.Store // where consistent and read look (default: store)
 	keys  *keys.Keys
 
 	mu        sync.Mutex
@@ -41,7 +42,9 @@ type fakeHost struct {
 var _ Host = (*fakeHost)(nil)
 
 func newFakeHost(t testing.TB, store objstore.Store, k *keys.Keys) *fakeHost {
-	return &fakeHost{t: t, store: store, keys: k, kv: map[string][]byte{}, nextSeg: 1, inflight: map[uint64]bool{}}
+	// Ids as the engine's: the writer's epoch (here 1) in the high 32
+	// bits, so segments of an earlier epoch are below the horizon.
+	return &fakeHost{t: t, store: store, check: store, keys: k, kv: map[string][]byte{}, nextSeg: 1<<32 | 1, inflight: map[uint64]bool{}}
 }
 
 func (h *fakeHost) Seal(ctx context.Context) error { return nil }
@@ -265,8 +268,9 @@ func (h *fakeHost) Relocated(obj []byte, moves []segment.Move) {
 // write stores n extents of incompressible data for extents [from,
 // from+n) of ino in one new segment object, and points them at it as the
 // engine's flush does: the new segment's counter credited, the replaced
-// pointers' segments debited. It returns the segment id.
-func (h *fakeHost) write(ctx context.Context, seed int64, ino uint64, from, n int) uint64 {
+// pointers' segments debited. It returns the segment id and whether a
+// replaced pointer debited a counter.
+func (h *fakeHost) write(ctx context.Context, seed int64, ino uint64, from, n int) (uint64, bool) {
 	h.t.Helper()
 	id := h.NewSegmentID()
 	defer h.SegmentDone(id)
@@ -285,6 +289,7 @@ func (h *fakeHost) write(ctx context.Context, seed int64, ino uint64, from, n in
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var live int64
+	debited := false
 	for i, p := range ptrs {
 		k := string(schema.ExtentKey(ino, uint64(from+i)))
 		if v, ok := h.kv[k]; ok {
@@ -293,12 +298,107 @@ func (h *fakeHost) write(ctx context.Context, seed int64, ino uint64, from, n in
 				h.t.Fatal(err)
 			}
 			h.addCounterLocked(old.Segment, -int64(old.Length), 0, 0)
+			debited = true
 		}
 		h.kv[k] = p.Marshal()
 		live += int64(p.Length)
 	}
 	h.addCounterLocked(id, live, live, int64(len(obj)))
-	return id
+	return id, debited
+}
+
+// consistent checks what fsck checks of pointers and counters: each
+// counter's live bytes are what the pointers into its segment reference,
+// every pointer's segment has a counter and an object whose directory
+// lists the frame, and the frame authenticates.
+func (h *fakeHost) consistent(ctx context.Context) {
+	h.t.Helper()
+	h.mu.Lock()
+	kv := make(map[string][]byte, len(h.kv))
+	for k, v := range h.kv {
+		kv[k] = v
+	}
+	h.mu.Unlock()
+	live := map[uint64]int64{}
+	refs := map[uint64][]segment.Pointer{}
+	ids := map[segment.Pointer]segment.FrameID{}
+	counters := map[uint64]int64{}
+	for k, v := range kv {
+		switch k[0] {
+		case schema.PExtent:
+			ino, idx, err := schema.ParseExtentKey([]byte(k))
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			p, err := segment.UnmarshalPointer(v)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			live[p.Segment] += int64(p.Length)
+			refs[p.Segment] = append(refs[p.Segment], p)
+			ids[p] = segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}
+		case schema.PCounter:
+			seg, err := schema.ParseU64Key([]byte(k), schema.PCounter)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			l, _, _, err := lsm.DecodeCounter(v)
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			counters[seg] = l
+		}
+	}
+	for seg, l := range counters {
+		if l != live[seg] {
+			h.t.Fatalf("segment %016x: counter says %d live bytes, pointers reference %d", seg, l, live[seg])
+		}
+	}
+	rd := h.reader()
+	defer rd.Close()
+	for seg, ps := range refs {
+		if _, ok := counters[seg]; !ok {
+			h.t.Fatalf("segment %016x is referenced by pointers but has no counter", seg)
+		}
+		for _, p := range ps {
+			if _, err := rd.Read(ctx, ids[p], p); err != nil {
+				h.t.Fatalf("segment %016x: frame of %+v: %v", seg, ids[p], err)
+			}
+		}
+	}
+}
+
+func (h *fakeHost) reader() *segment.Reader {
+	h.t.Helper()
+	rd, err := segment.NewReader(segment.ReaderOptions{Store: h.check, Keys: h.keys, MemoryBytes: -1})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rd
+}
+
+// read returns the data of extents [0, n) of ino as a file read would.
+func (h *fakeHost) read(ctx context.Context, ino uint64, n int) []byte {
+	h.t.Helper()
+	rd := h.reader()
+	defer rd.Close()
+	var out []byte
+	for i := range n {
+		v, ok, _ := h.MetaGet(schema.ExtentKey(ino, uint64(i)))
+		if !ok {
+			break
+		}
+		p, err := segment.UnmarshalPointer(v)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		b, err := rd.Read(ctx, segment.FrameID{Ino: ino, Extent: uint64(i), Gen: p.Gen}, p)
+		if err != nil {
+			h.t.Fatalf("extent %d/%d: %v", ino, i, err)
+		}
+		out = append(out, b...)
+	}
+	return out
 }
 
 // unlink drops ino's pointers under a tombstone, as the engine's unlink
