@@ -3,6 +3,7 @@ package fs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -32,15 +33,17 @@ func (l *lockedBuf) String() string {
 
 // TestCloseWaitsForCleanerBeforeFinalBarrier is the case behind "closing
 // with batches not in any journal": the tombstone cleaner committed its
-// transaction after Close had run the final barrier. Close must stop the
-// cleaner first, so its work is journaled and a new machine sees it.
+// transaction after Close had run the final barrier. Close must wait for
+// a cleaner transaction under way (reclaim's cleaner calls CleanTombstones
+// from a goroutine of its own), so its work is journaled and a new machine
+// sees it.
 func TestCloseWaitsForCleanerBeforeFinalBarrier(t *testing.T) {
 	f := newTestFS(t)
 	var logs lockedBuf
 	f.e.Close(context.Background())
 	e, err := Open(context.Background(), Options{
 		Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), SegmentTarget: 1 << 20,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)), DeferBackground: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +62,18 @@ func TestCloseWaitsForCleanerBeforeFinalBarrier(t *testing.T) {
 			<-release
 		})
 	}
-	e.StartBackground()
 	if err := e.Unlink(context.Background(), RootIno, "big"); err != nil {
 		t.Fatal(err)
 	}
+	type cleaned struct {
+		extents int
+		err     error
+	}
+	cleanerDone := make(chan cleaned, 1)
+	go func() {
+		_, n, _, err := e.CleanTombstones(context.Background())
+		cleanerDone <- cleaned{n, err}
+	}()
 	select {
 	case <-inHook:
 	case <-time.After(30 * time.Second):
@@ -73,10 +84,20 @@ func TestCloseWaitsForCleanerBeforeFinalBarrier(t *testing.T) {
 	for !e.closed.Load() {
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond) // let Close get as far as it will without the cleaner
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a cleaner transaction was under way", err)
+	case <-time.After(50 * time.Millisecond): // Close gets as far as it will without the cleaner
+	}
 	close(release)
+	if c := <-cleanerDone; c.err != nil || c.extents != InlineDeleteExtents+5 {
+		t.Fatalf("the cleaner's transaction: %d pointers removed, err %v; want %d, nil", c.extents, c.err, InlineDeleteExtents+5)
+	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+	if _, _, _, err := e.CleanTombstones(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("CleanTombstones after Close: %v, want ErrClosed", err)
 	}
 	if strings.Contains(logs.String(), "not in any journal") {
 		t.Fatalf("Close lost a batch:\n%s", logs.String())

@@ -3,7 +3,6 @@ package fs
 import (
 	"context"
 	"errors"
-	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/lsm"
@@ -19,12 +18,10 @@ const InlineDeleteExtents = 10
 // transaction handles.
 const CleanerBatch = 10000
 
-// CleanerIdle is how long the cleaner sleeps when there is nothing to do.
-const CleanerIdle = 10 * time.Second
-
 // deleteInodeLocked removes inode ino (last link gone, not open) in batch b:
 // a small file's pointers go now, a larger file's wait for the cleaner
-// under a tombstone. n is the loaded inode, if any. Caller holds e.ns and
+// under a tombstone (reclaim's tombstone cleaner, woken through
+// Events.Tombstoned, removes them with CleanTombstones). n is the loaded inode, if any. Caller holds e.ns and
 // e.ptrMu.
 func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 	if n != nil {
@@ -63,10 +60,6 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 		b.Set(schema.TombstoneKey(ino), nil)
 		e.opts.Stats.tombstoned()
 		failpoint.Hit("unlink-tombstone-written")
-		select {
-		case e.kickClean <- struct{}{}:
-		default:
-		}
 		if e.opts.Events != nil {
 			e.opts.Events.Tombstoned()
 		}
@@ -90,36 +83,30 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 	})
 }
 
-// cleaner is stage 1 of reclamation: it removes the pointers of tombstoned
-// files, newest extent first, debiting counters in the same transaction.
-func (e *Engine) cleaner(ctx context.Context) {
-	defer e.wg.Done()
-	for {
-		n, err := e.CleanTombstones(ctx)
-		if err != nil && ctx.Err() == nil {
-			e.log.Error("tombstone cleaner", "err", err)
-		}
-		if n > 0 && err == nil {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-e.kickClean:
-		case <-e.clk.After(CleanerIdle):
-		}
-		e.cleanerPause(ctx)
+// CleanTombstones runs one transaction of the tombstone cleaner (stage 1
+// of reclamation, whose loop is reclaim's): up to CleanerBatch tombstones
+// and CleanerBatch pointers, newest extent first, debiting counters in the
+// same transaction. It returns the tombstones finished (their files now
+// empty), the pointers removed and their frame bytes (with an error, what
+// was committed before it). After Close it fails
+// with ErrClosed; Close waits for a transaction in progress, so that its
+// final barrier journals it.
+func (e *Engine) CleanTombstones(ctx context.Context) (tombs, extents int, bytes int64, err error) {
+	e.hostMu.RLock()
+	defer e.hostMu.RUnlock()
+	if e.closed.Load() {
+		return 0, 0, 0, ErrClosed
 	}
-}
-
-// CleanTombstones runs one cleaner transaction: up to CleanerBatch
-// tombstones and CleanerBatch pointers. It returns the pointers removed.
-func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 	if e.opts.ReadOnly || e.db.ReserveReleased() || e.db.Failed() != nil {
 		// With the metadata store's reserve in use, the cleaner waits
 		// (cachedisk.go).
-		return 0, nil
+		return 0, 0, 0, nil
 	}
+	return e.cleanTombstones()
+}
+
+// cleanTombstones is CleanTombstones once it may write.
+func (e *Engine) cleanTombstones() (int, int, int64, error) {
 	var tombs []uint64
 	lo, hi := schema.PrefixRange(schema.PTombstone)
 	if err := e.scan(lo, hi, func(k, _ []byte) error {
@@ -131,12 +118,12 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		}
 		return nil
 	}); err != nil && !errors.Is(err, errStopScan) {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	if len(tombs) == 0 {
+		// What an error leaves counted was committed before it.
 		removed, dropped, freed, err := e.cleanRanges(CleanerBatch)
-		e.opts.Stats.cleaned(dropped, removed, freed)
-		return removed, err
+		return dropped, removed, freed, err
 	}
 	e.ptrMu.Lock()
 	defer e.ptrMu.Unlock()
@@ -150,7 +137,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		elo, ehi := schema.ExtentRange(ino, 0, 0)
 		it, err := e.newIter(elo, ehi)
 		if err != nil {
-			return 0, err
+			return 0, 0, 0, err
 		}
 		empty := true
 		for ok := it.Last(); ok; ok = it.Prev() {
@@ -161,7 +148,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 			p, err := segment.UnmarshalPointer(it.Value())
 			if err != nil {
 				it.Close()
-				return 0, err
+				return 0, 0, 0, err
 			}
 			b.Delete(append([]byte(nil), it.Key()...))
 			b.Merge(schema.CounterKey(p.Segment), countDelta(-int64(p.Length), 0, 0))
@@ -174,7 +161,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		err = it.Error()
 		it.Close()
 		if err != nil {
-			return 0, err
+			return 0, 0, 0, err
 		}
 		if empty {
 			b.Delete(schema.TombstoneKey(ino))
@@ -186,12 +173,11 @@ func (e *Engine) CleanTombstones(ctx context.Context) (int, error) {
 		e.cleanerHook()
 	}
 	if err := e.commit(b); err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	failpoint.Hit("cleaner-after-commit")
-	e.opts.Stats.cleaned(dropped, removed, freed)
 	if removed > 0 {
 		e.deadBytes()
 	}
-	return removed, nil
+	return dropped, removed, freed, nil
 }

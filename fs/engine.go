@@ -62,17 +62,17 @@ type Engine struct {
 	dirtyBytes atomic.Int64
 	dirtyWait  chan struct{} // closed and replaced whenever dirty bytes drop
 
-	flushW    atomic.Pointer[worker.Worker] // the flusher, once started
-	kickClean chan struct{}                 // buffered 1: a tombstone was written
-	closed    atomic.Bool
-	started   atomic.Bool
-	bg        context.Context // background work; canceled by Close
-	raSem     chan struct{}   // read-aheads in flight
-	local     bool            // the store is a local directory (objstore.IsLocal)
-	segBufs   *hugemem.Pool   // buffers segments are built in (segPool)
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
-	waitMu    sync.Mutex
+	flushW  atomic.Pointer[worker.Worker] // the flusher, once started
+	closed  atomic.Bool
+	started atomic.Bool
+	bg      context.Context // background work; canceled by Close
+	raSem   chan struct{}   // read-aheads in flight
+	local   bool            // the store is a local directory (objstore.IsLocal)
+	segBufs *hugemem.Pool   // buffers segments are built in (segPool)
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	waitMu  sync.Mutex
+	hostMu  sync.RWMutex // held shared by a cleaner transaction; Close waits for it
 
 	// commitFault, set only by tests, fails a commit when it returns an error.
 	commitFault func() error
@@ -186,7 +186,6 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		codec:     segment.CodecLZ4,
 		dirtyWait: make(chan struct{}),
 		flushMu:   make(chan struct{}, 1),
-		kickClean: make(chan struct{}, 1),
 	}
 	e.ns.inodes = map[uint64]*inode{}
 	e.inflight = map[uint64]bool{}
@@ -291,8 +290,7 @@ func lockCacheDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// StartBackground starts the periodic flusher and the tombstone cleaner
-// (writers only). Open calls it unless Options.DeferBackground is set; a
+// StartBackground starts the periodic flusher (writers only). Open calls it unless Options.DeferBackground is set; a
 // second call does nothing.
 func (e *Engine) StartBackground() {
 	if e.opts.ReadOnly || e.started.Swap(true) {
@@ -302,8 +300,6 @@ func (e *Engine) StartBackground() {
 	if e.dirtyBytes.Load() >= e.opts.SegmentTarget {
 		e.kick() // a write passed the target before the flusher started
 	}
-	e.wg.Add(1)
-	go e.cleaner(e.bg)
 }
 
 // load reads the engine's system records and, for a writer, creates the root
@@ -401,14 +397,17 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	// Stop the flusher, the cleaner and read-aheads before the final
-	// barrier: a cleaner transaction committed after it would be in no
-	// journal, accepted but lost.
+	// Stop the flusher and read-aheads, and wait for a tombstone cleaner
+	// transaction under way, before the final barrier: a cleaner
+	// transaction committed after it would be in no journal, accepted but
+	// lost.
 	e.cancel()
 	if w := e.flushW.Load(); w != nil {
 		w.Close()
 	}
 	e.wg.Wait()
+	e.hostMu.Lock() // a cleaner transaction under way (CleanTombstones)
+	e.hostMu.Unlock()
 	var err error
 	if !e.opts.ReadOnly {
 		err = e.finalBarrier(ctx)

@@ -30,11 +30,7 @@ type Options struct {
 	Logger      *slog.Logger
 	Clock       clock.Clock
 	Events      Events // reclamation hooks; may be nil
-	Stats       *Stats // counters of the cleaner and barriers; may be nil
-	// CleanerDelay (test builds only) makes the tombstone cleaner wait
-	// this long after it is woken, so that tests can watch tombstones
-	// pending. 0 in production.
-	CleanerDelay time.Duration
+	Stats       *Stats // counters of tombstones written and barriers; may be nil
 	// JournalRetention is how long the writer keeps journal objects a
 	// manifest covers, and what a replica relies on (lsm.Options; 0: the
 	// default, 5 minutes). Writer and replicas must agree; only the test
@@ -47,8 +43,7 @@ type Options struct {
 	// TakeOver takes the writer lease at once from a holder that may still
 	// run (lsm.Options.TakeOver).
 	TakeOver bool
-	// DeferBackground leaves the flusher and the tombstone cleaner to a
-	// later StartBackground (ebbfs run starts them once the mount is up).
+	// DeferBackground leaves the flusher to a later StartBackground (ebbfs run starts them once the mount is up).
 	DeferBackground bool
 
 	tuneLSM func(*lsm.Options) // tests: adjust the metadata store's options
@@ -61,7 +56,8 @@ type Events interface {
 	DeadBytes()
 	// Sealed is called after a segment was uploaded and committed.
 	Sealed(segID uint64, size int64)
-	// Tombstoned is called after an unlink wrote a tombstone.
+	// Tombstoned is called after an unlink wrote a tombstone (it wakes
+	// the tombstone cleaner).
 	Tombstoned()
 }
 

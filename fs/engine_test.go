@@ -249,7 +249,7 @@ func TestUnlinkPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		n, err := f.e.CleanTombstones(ctx)
+		_, n, _, err := f.e.CleanTombstones(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -301,10 +301,10 @@ func TestColdReadAcrossExtentsOneGet(t *testing.T) {
 }
 
 // TestQuotaCountsADeleteAtOnce: under a quota, a write right after the
-// delete of a large file (whose pointers the tombstone cleaner removes in
-// the background, here held back for a minute) fits in the space the
-// delete gave back, rather than failing with ENOSPC until the cleaner
-// comes round.
+// delete of a large file (whose pointers reclaim's tombstone cleaner
+// removes in the background; none runs here) fits in the space the delete
+// gave back, rather than failing with ENOSPC until the cleaner comes
+// round.
 func TestQuotaCountsADeleteAtOnce(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
@@ -312,7 +312,7 @@ func TestQuotaCountsADeleteAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, err := Open(ctx, Options{Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), SegmentTarget: 1 << 20,
-		MaxSize: 2 << 20, CleanerDelay: time.Minute})
+		MaxSize: 2 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -106,50 +106,108 @@ type fsckRec struct {
 	Shift       uint8 // log2 of the extent size
 }
 
-func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o FsckOptions) (*FsckReport, error) {
-	r := &FsckReport{}
-	scan := func(prefix byte, f func(k, v []byte) error) error {
-		lo, hi := schema.PrefixRange(prefix)
-		return db.Scan(lo, hi, f)
+// metaScanner is the one metadata read the check makes (*lsm.DB
+// provides it; tests inject failing scans).
+type metaScanner interface {
+	Scan(lower, upper []byte, f func(k, v []byte) error) error
+}
+
+// fsckRef is one pointer into a segment, with the frame it names.
+type fsckRef struct {
+	id segment.FrameID
+	p  segment.Pointer
+}
+
+// checker holds the state of one check as it goes through the metadata.
+type checker struct {
+	db       metaScanner
+	r        *FsckReport
+	inodes   map[uint64]*fsckInode
+	orphans  map[uint64]bool
+	tombs    map[uint64]bool
+	live     map[uint64]int64     // frame bytes the pointers reference, by segment
+	refs     map[uint64][]fsckRef // the pointers, by segment
+	counters map[uint64][3]int64  // live, total, size, by segment
+}
+
+func check(ctx context.Context, db metaScanner, s objstore.Store, k *keys.Keys, o FsckOptions) (*FsckReport, error) {
+	c := &checker{db: db, r: &FsckReport{}}
+	steps := []struct {
+		what string // what a step scans; "" for a check that scans nothing
+		f    func() error
+	}{
+		{"inodes", c.scanInodes},
+		{"orphans", func() error { return c.scanMarks(schema.POrphan, &c.orphans) }},
+		{"tombstones", func() error { return c.scanMarks(schema.PTombstone, &c.tombs) }},
+		{"dirents", c.scanDirents},
+		{"", func() error { c.checkTree(); return nil }},
+		{"extents", c.scanExtents},
+		{"counters", c.scanCounters},
 	}
-	inodes := map[uint64]*fsckInode{}
-	if err := scan(schema.PInode, func(key, v []byte) error {
+	// A failed scan fails the check: a report without the scan's records
+	// would call the filesystem consistent without having looked.
+	for _, st := range steps {
+		if err := st.f(); err != nil {
+			return nil, fmt.Errorf("fsck: scanning %s: %w", st.what, err)
+		}
+	}
+	c.checkCounters()
+	if err := c.checkSegments(ctx, s, k, o); err != nil {
+		return nil, err
+	}
+	sort.Strings(c.r.Orphans)
+	return c.r, nil
+}
+
+func (c *checker) scan(prefix byte, f func(k, v []byte) error) error {
+	lo, hi := schema.PrefixRange(prefix)
+	return c.db.Scan(lo, hi, f)
+}
+
+// scanInodes loads every inode record.
+func (c *checker) scanInodes() error {
+	c.inodes = map[uint64]*fsckInode{}
+	err := c.scan(schema.PInode, func(key, v []byte) error {
 		ino, err := schema.ParseU64Key(key, schema.PInode)
 		if err != nil {
-			r.problem("malformed inode key %x", key)
+			c.r.problem("malformed inode key %x", key)
 			return nil
 		}
 		rec, err := schema.UnmarshalInode(v)
 		if err != nil {
-			r.problem("inode %d: malformed record", ino)
+			c.r.problem("inode %d: malformed record", ino)
 			return nil
 		}
-		inodes[ino] = &fsckInode{rec: fsckRec{Mode: rec.Mode, Nlink: rec.Nlink, Parent: rec.Parent, Shift: rec.Shift()}}
+		c.inodes[ino] = &fsckInode{rec: fsckRec{Mode: rec.Mode, Nlink: rec.Nlink, Parent: rec.Parent, Shift: rec.Shift()}}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	r.Inodes = len(inodes)
-	orphans := map[uint64]bool{}
-	_ = scan(schema.POrphan, func(key, _ []byte) error {
-		if ino, err := schema.ParseU64Key(key, schema.POrphan); err == nil {
-			orphans[ino] = true
+	})
+	c.r.Inodes = len(c.inodes)
+	return err
+}
+
+// scanMarks collects the inode numbers of the keys under prefix (orphan
+// and tombstone marks).
+func (c *checker) scanMarks(prefix byte, into *map[uint64]bool) error {
+	m := map[uint64]bool{}
+	*into = m
+	return c.scan(prefix, func(key, _ []byte) error {
+		if ino, err := schema.ParseU64Key(key, prefix); err == nil {
+			m[ino] = true
 		}
 		return nil
 	})
-	tombs := map[uint64]bool{}
-	_ = scan(schema.PTombstone, func(key, _ []byte) error {
-		if ino, err := schema.ParseU64Key(key, schema.PTombstone); err == nil {
-			tombs[ino] = true
-		}
-		return nil
-	})
-	if root := inodes[RootIno]; root == nil {
+}
+
+// scanDirents checks each dirent against the inodes it joins and counts
+// the names of each inode.
+func (c *checker) scanDirents() error {
+	r := c.r
+	if root := c.inodes[RootIno]; root == nil {
 		r.problem("root directory (inode 1) is missing")
 	} else {
 		root.seen = true
 	}
-	if err := scan(schema.PDirent, func(key, v []byte) error {
+	return c.scan(schema.PDirent, func(key, v []byte) error {
 		r.Dirents++
 		parent, name, err := schema.ParseDirentKey(key)
 		if err != nil {
@@ -161,94 +219,100 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 			r.problem("dirent %d/%q: malformed value", parent, name)
 			return nil
 		}
-		p := inodes[parent]
+		p := c.inodes[parent]
 		if p == nil || p.rec.Mode&ModeType != ModeDir {
 			r.problem("dirent %q lives in %d, which is not a directory", name, parent)
 		}
-		c := inodes[d.Ino]
-		if c == nil {
+		n := c.inodes[d.Ino]
+		if n == nil {
 			r.problem("dirent %d/%q points at missing inode %d", parent, name, d.Ino)
 			return nil
 		}
-		if c.rec.Mode&ModeType != d.Type {
-			r.problem("dirent %d/%q type %o differs from inode %d type %o", parent, name, d.Type, d.Ino, c.rec.Mode&ModeType)
+		if n.rec.Mode&ModeType != d.Type {
+			r.problem("dirent %d/%q type %o differs from inode %d type %o", parent, name, d.Type, d.Ino, n.rec.Mode&ModeType)
 		}
-		c.links++
+		n.links++
 		if d.Type == ModeDir {
 			if p != nil {
 				p.dirs++
 			}
-			if c.seen && d.Ino != RootIno {
+			if n.seen && d.Ino != RootIno {
 				r.problem("directory %d has more than one name", d.Ino)
 			}
-			c.seen = true
-			if c.rec.Parent != parent {
-				r.problem("directory %d is named in %d but records parent %d", d.Ino, parent, c.rec.Parent)
+			n.seen = true
+			if n.rec.Parent != parent {
+				r.problem("directory %d is named in %d but records parent %d", d.Ino, parent, n.rec.Parent)
 			}
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	inos := make([]uint64, 0, len(inodes))
-	for ino := range inodes {
+	})
+}
+
+// checkTree checks link counts, and that every directory reaches the root.
+func (c *checker) checkTree() {
+	inos := make([]uint64, 0, len(c.inodes))
+	for ino := range c.inodes {
 		inos = append(inos, ino)
 	}
 	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
 	for _, ino := range inos {
-		n := inodes[ino]
+		n := c.inodes[ino]
 		if n.rec.Mode&ModeType == ModeDir {
-			if n.rec.Nlink != 2+n.dirs {
-				r.problem("directory %d has nlink %d, want %d", ino, n.rec.Nlink, 2+n.dirs)
-			}
-			if ino != RootIno && n.links != 1 {
-				r.problem("directory %d is named %d times", ino, n.links)
-			}
-			// No cycles: the parent chain reaches the root. Directories
-			// found to reach it end later walks (linear in the
-			// directories, not in directories times depth).
-			cur, ok := ino, false
-			var chain []*fsckInode
-			for steps := 0; steps <= len(inodes); steps++ {
-				if cur == RootIno {
-					ok = true
-					break
-				}
-				p := inodes[cur]
-				if p == nil {
-					break
-				}
-				if p.rooted {
-					ok = true
-					break
-				}
-				chain = append(chain, p)
-				cur = p.rec.Parent
-			}
-			if !ok {
-				r.problem("directory %d does not reach the root through its parents (cycle or detached)", ino)
-				continue
-			}
-			for _, p := range chain {
-				p.rooted = true
-			}
+			c.checkDir(ino, n)
 			continue
 		}
 		if n.rec.Nlink != n.links {
-			r.problem("inode %d has nlink %d but %d names", ino, n.rec.Nlink, n.links)
+			c.r.problem("inode %d has nlink %d but %d names", ino, n.rec.Nlink, n.links)
 		}
-		if n.links == 0 && !orphans[ino] {
-			r.problem("inode %d has no name and is not an orphan", ino)
+		if n.links == 0 && !c.orphans[ino] {
+			c.r.problem("inode %d has no name and is not an orphan", ino)
 		}
 	}
-	// Pointers against counters.
-	live := map[uint64]int64{}
-	type ref struct {
-		id segment.FrameID
-		p  segment.Pointer
+}
+
+// checkDir checks one directory's link count and names, and that its
+// parent chain reaches the root (no cycles). Directories found to reach
+// it end later walks (linear in the directories, not in directories times
+// depth).
+func (c *checker) checkDir(ino uint64, n *fsckInode) {
+	if n.rec.Nlink != 2+n.dirs {
+		c.r.problem("directory %d has nlink %d, want %d", ino, n.rec.Nlink, 2+n.dirs)
 	}
-	refs := map[uint64][]ref{}
-	if err := scan(schema.PExtent, func(key, v []byte) error {
+	if ino != RootIno && n.links != 1 {
+		c.r.problem("directory %d is named %d times", ino, n.links)
+	}
+	cur, ok := ino, false
+	var chain []*fsckInode
+	for steps := 0; steps <= len(c.inodes); steps++ {
+		if cur == RootIno {
+			ok = true
+			break
+		}
+		p := c.inodes[cur]
+		if p == nil {
+			break
+		}
+		if p.rooted {
+			ok = true
+			break
+		}
+		chain = append(chain, p)
+		cur = p.rec.Parent
+	}
+	if !ok {
+		c.r.problem("directory %d does not reach the root through its parents (cycle or detached)", ino)
+		return
+	}
+	for _, p := range chain {
+		p.rooted = true
+	}
+}
+
+// scanExtents reads every pointer, adding its bytes to its segment's sum.
+func (c *checker) scanExtents() error {
+	r := c.r
+	c.live, c.refs = map[uint64]int64{}, map[uint64][]fsckRef{}
+	return c.scan(schema.PExtent, func(key, v []byte) error {
 		r.Extents++
 		ino, idx, err := schema.ParseExtentKey(key)
 		if err != nil {
@@ -260,54 +324,63 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 			r.problem("extent %d/%d: %v", ino, idx, err)
 			return nil
 		}
-		if inodes[ino] == nil && !tombs[ino] {
+		if c.inodes[ino] == nil && !c.tombs[ino] {
 			r.problem("extent %d/%d belongs to no inode and no tombstone", ino, idx)
 		}
-		if n := inodes[ino]; n != nil && !tombs[ino] && uint64(p.PlainLen) > uint64(1)<<n.rec.Shift {
+		if n := c.inodes[ino]; n != nil && !c.tombs[ino] && uint64(p.PlainLen) > uint64(1)<<n.rec.Shift {
 			r.problem("extent %d/%d holds %d bytes, more than the file's extent size %d", ino, idx, p.PlainLen, uint64(1)<<n.rec.Shift)
 		}
-		live[p.Segment] += int64(p.Length)
-		refs[p.Segment] = append(refs[p.Segment], ref{segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p})
+		c.live[p.Segment] += int64(p.Length)
+		c.refs[p.Segment] = append(c.refs[p.Segment], fsckRef{segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p})
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	counters := map[uint64][3]int64{}
-	if err := scan(schema.PCounter, func(key, v []byte) error {
+	})
+}
+
+// scanCounters reads every segment counter.
+func (c *checker) scanCounters() error {
+	c.counters = map[uint64][3]int64{}
+	return c.scan(schema.PCounter, func(key, v []byte) error {
 		seg, err := schema.ParseU64Key(key, schema.PCounter)
 		if err != nil {
-			r.problem("malformed counter key %x", key)
+			c.r.problem("malformed counter key %x", key)
 			return nil
 		}
 		l, t, sz, err := lsm.DecodeCounter(v)
 		if err != nil {
-			r.problem("counter of segment %016x: %v", seg, err)
+			c.r.problem("counter of segment %016x: %v", seg, err)
 			return nil
 		}
-		counters[seg] = [3]int64{l, t, sz}
+		c.counters[seg] = [3]int64{l, t, sz}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	r.Segments = len(counters)
-	for seg, c := range counters {
-		r.LiveBytes += c[0]
-		if c[0] != live[seg] {
-			r.problem("segment %016x: counter says %d live bytes, pointers reference %d", seg, c[0], live[seg])
+	})
+}
+
+// checkCounters compares each counter with the pointers into its segment.
+func (c *checker) checkCounters() {
+	r := c.r
+	r.Segments = len(c.counters)
+	for seg, n := range c.counters {
+		r.LiveBytes += n[0]
+		if n[0] != c.live[seg] {
+			r.problem("segment %016x: counter says %d live bytes, pointers reference %d", seg, n[0], c.live[seg])
 		}
-		if c[0] < 0 || c[0] > c[1] {
-			r.problem("segment %016x: live bytes %d outside [0, %d]", seg, c[0], c[1])
+		if n[0] < 0 || n[0] > n[1] {
+			r.problem("segment %016x: live bytes %d outside [0, %d]", seg, n[0], n[1])
 		}
 	}
-	for seg := range live {
-		if _, ok := counters[seg]; !ok {
+	for seg := range c.live {
+		if _, ok := c.counters[seg]; !ok {
 			r.problem("segment %016x is referenced by pointers but has no counter", seg)
 		}
 	}
-	// Every referenced segment and frame exists.
+}
+
+// checkSegments checks that every referenced segment and frame exists
+// (and, with VerifyData, authenticates), and notes counter-less objects.
+func (c *checker) checkSegments(ctx context.Context, s objstore.Store, k *keys.Keys, o FsckOptions) error {
 	objs, err := objstore.ListAll(ctx, s, "segments/")
 	if err != nil {
-		return nil, fmt.Errorf("fsck: listing segments: %w", err)
+		return fmt.Errorf("fsck: listing segments: %w", err)
 	}
 	sizes := map[uint64]int64{}
 	for _, obj := range objs {
@@ -316,56 +389,62 @@ func check(ctx context.Context, db *lsm.DB, s objstore.Store, k *keys.Keys, o Fs
 			continue
 		}
 		sizes[seg] = obj.Size
-		if _, ok := counters[seg]; !ok {
-			r.Orphans = append(r.Orphans, obj.Key)
+		if _, ok := c.counters[seg]; !ok {
+			c.r.Orphans = append(c.r.Orphans, obj.Key)
 		}
 	}
 	var rd *segread.Reader
 	if o.VerifyData {
 		rd, err = segread.NewReader(segread.ReaderOptions{Store: s, Keys: k, MemoryBytes: 16 << 20, Logger: o.Logger})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer rd.Close()
 	}
-	segs := make([]uint64, 0, len(refs))
-	for seg := range refs {
+	segs := make([]uint64, 0, len(c.refs))
+	for seg := range c.refs {
 		segs = append(segs, seg)
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i] < segs[j] })
 	for _, seg := range segs {
 		size, ok := sizes[seg]
 		if !ok {
-			r.problem("segment %s is referenced by %d pointers but missing from the store", segment.Key(seg), len(refs[seg]))
+			c.r.problem("segment %s is referenced by %d pointers but missing from the store", segment.Key(seg), len(c.refs[seg]))
 			continue
 		}
-		_, dir, err := segment.ReadDirectory(ctx, s, k, seg, size)
-		if err != nil {
-			r.problem("segment %s: directory unreadable: %v", segment.Key(seg), err)
-			continue
-		}
-		frames := map[uint32]segment.DirEntry{}
-		for _, d := range dir {
-			frames[d.Offset] = d
-		}
-		for _, x := range refs[seg] {
-			d, ok := frames[x.p.Offset]
-			if !ok || d.Length != x.p.Length || d.Ino != x.id.Ino || d.Extent != x.id.Extent || d.Gen != x.id.Gen {
-				r.problem("extent %d/%d points at %s offset %d, which the directory does not list for it", x.id.Ino, x.id.Extent, segment.Key(seg), x.p.Offset)
-				continue
-			}
-			if rd != nil {
-				if _, err := readFrame(ctx, rd, x.id, x.p); err != nil {
-					r.problem("extent %d/%d: frame in %s does not authenticate: %v", x.id.Ino, x.id.Extent, segment.Key(seg), err)
-					continue
-				}
-				r.FramesVerified++
-			}
-		}
+		c.checkSegment(ctx, s, k, rd, seg, size)
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	sort.Strings(r.Orphans)
-	return r, nil
+	return nil
+}
+
+// checkSegment checks the pointers into one segment against its directory
+// and, given a reader, authenticates their frames.
+func (c *checker) checkSegment(ctx context.Context, s objstore.Store, k *keys.Keys, rd *segread.Reader, seg uint64, size int64) {
+	r := c.r
+	_, dir, err := segment.ReadDirectory(ctx, s, k, seg, size)
+	if err != nil {
+		r.problem("segment %s: directory unreadable: %v", segment.Key(seg), err)
+		return
+	}
+	frames := map[uint32]segment.DirEntry{}
+	for _, d := range dir {
+		frames[d.Offset] = d
+	}
+	for _, x := range c.refs[seg] {
+		d, ok := frames[x.p.Offset]
+		if !ok || d.Length != x.p.Length || d.Ino != x.id.Ino || d.Extent != x.id.Extent || d.Gen != x.id.Gen {
+			r.problem("extent %d/%d points at %s offset %d, which the directory does not list for it", x.id.Ino, x.id.Extent, segment.Key(seg), x.p.Offset)
+			continue
+		}
+		if rd != nil {
+			if _, err := readFrame(ctx, rd, x.id, x.p); err != nil {
+				r.problem("extent %d/%d: frame in %s does not authenticate: %v", x.id.Ino, x.id.Extent, segment.Key(seg), err)
+				continue
+			}
+			r.FramesVerified++
+		}
+	}
 }

@@ -2,6 +2,7 @@ package fs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -62,5 +63,52 @@ func TestFsckDeepTreeAndCycle(t *testing.T) {
 	}
 	if detached != depth-100 {
 		t.Fatalf("%d directories reported detached, want %d:\n%s", detached, depth-100, r)
+	}
+}
+
+// failingScans fails the scan of one key prefix, passing the others
+// through.
+type failingScans struct {
+	db     metaScanner
+	prefix byte
+	err    error
+}
+
+func (f failingScans) Scan(lower, upper []byte, fn func(k, v []byte) error) error {
+	if len(lower) > 0 && lower[0] == f.prefix {
+		return f.err
+	}
+	return f.db.Scan(lower, upper, fn)
+}
+
+// TestFsckFailsOnScanError: a check whose scan of any kind of record
+// fails returns that error rather than a report, which could call the
+// filesystem consistent without having read those records (the orphan
+// and tombstone scans once dropped their errors).
+func TestFsckFailsOnScanError(t *testing.T) {
+	f := newTestFS(t)
+	ctx := context.Background()
+	ino := f.create("a")
+	f.write(ino, randBytes(1, 3*4096), 0)
+	if err := f.e.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := check(ctx, f.e.db, f.e.opts.Store, f.e.opts.Keys, FsckOptions{}); err != nil || !r.OK() {
+		t.Fatalf("clean filesystem: err %v, report:\n%v", err, r)
+	}
+	for _, c := range []struct {
+		what   string
+		prefix byte
+	}{
+		{"inodes", schema.PInode}, {"orphans", schema.POrphan}, {"tombstones", schema.PTombstone},
+		{"dirents", schema.PDirent}, {"extents", schema.PExtent}, {"counters", schema.PCounter},
+	} {
+		boom := fmt.Errorf("disk read failed under %s", c.what)
+		r, err := check(ctx, failingScans{f.e.db, c.prefix, boom}, f.e.opts.Store, f.e.opts.Keys, FsckOptions{})
+		if !errors.Is(err, boom) || r != nil {
+			t.Errorf("%s: scan failed, got report %v, err %v; want the scan's error", c.what, r, err)
+		} else if !strings.Contains(err.Error(), c.what) {
+			t.Errorf("%s: error %q does not say which scan failed", c.what, err)
+		}
 	}
 }

@@ -206,7 +206,7 @@ func TestRandomModelCrash(t *testing.T) {
 			}
 			snapshot()
 		case op < 91:
-			if _, err := e.CleanTombstones(ctx); err != nil {
+			if _, _, _, err := e.CleanTombstones(ctx); err != nil {
 				t.Fatal(err)
 			}
 		case op < 94:

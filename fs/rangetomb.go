@@ -179,9 +179,8 @@ func (e *Engine) dropRangeLocked(b *lsm.Batch, n *inode, from, to uint64) (apply
 		return func() {
 			e.ranges.add(n.ino, r)
 			e.opts.Stats.tombstoned()
-			select {
-			case e.kickClean <- struct{}{}:
-			default:
+			if e.opts.Events != nil {
+				e.opts.Events.Tombstoned() // wakes the cleaner
 			}
 		}, nil
 	}

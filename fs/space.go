@@ -108,7 +108,7 @@ func (e *Engine) cleanForSpace(ctx context.Context) bool {
 	}
 	removed := false
 	for range 1000 { // bounded: each round removes up to CleanerBatch pointers
-		n, err := e.CleanTombstones(ctx)
+		_, n, _, err := e.CleanTombstones(ctx)
 		if err != nil || n == 0 {
 			break
 		}

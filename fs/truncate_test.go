@@ -172,7 +172,7 @@ func TestTruncateHugeSparseFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for {
-		n, err := f.e.CleanTombstones(ctx)
+		_, n, _, err := f.e.CleanTombstones(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -354,7 +354,7 @@ func TestEngineBackendExports(t *testing.T) {
 	}
 	f.barrier()
 	// More than 10 extents: the cleaner removes its pointers.
-	if _, err := f.e.CleanTombstones(ctx); err != nil {
+	if _, _, _, err := f.e.CleanTombstones(ctx); err != nil {
 		t.Fatal(err)
 	}
 	f.barrier()

@@ -14,7 +14,7 @@ import (
 // 16 MiB segment into a new one: footer + directory GETs, coalesced
 // ranged GETs, frame authentication, one PUT, repoint transactions.
 func BenchmarkRepack(b *testing.B) {
-	v := newEnv(b, noSweep)
+	v := newEngineEnv(b, noSweep)
 	b.SetBytes(256 * segment.ExtentSize)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -32,7 +32,7 @@ func BenchmarkRepack(b *testing.B) {
 // BenchmarkCycleScan100k measures a cycle whose scan reads 100,000
 // counters (all live, none a candidate); it sends no requests.
 func BenchmarkCycleScan100k(b *testing.B) {
-	v := newEnv(b, noSweep)
+	v := newEngineEnv(b, noSweep)
 	db := v.e.DB()
 	const n = 100000
 	for k := 0; k < n; {

@@ -18,7 +18,7 @@ import (
 func TestGarbageEventuallyReclaimed(t *testing.T) {
 	for _, seed := range []int64{1, 2, 3} {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			v := newEnv(t, noSweep, func(o *Options) { o.MinDeadPercent = 3 })
+			v := newEngineEnv(t, noSweep, func(o *Options) { o.MinDeadPercent = 3 })
 			rng := rand.New(rand.NewSource(seed))
 			model := map[string][]byte{}
 			inos := map[string]uint64{}
@@ -56,7 +56,7 @@ func TestGarbageEventuallyReclaimed(t *testing.T) {
 				}
 				v.barrier()
 				for {
-					n, err := v.e.CleanTombstones(v.ctx)
+					_, n, _, err := v.e.CleanTombstones(v.ctx)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -11,7 +11,7 @@ import (
 // still being overwritten is what multiplied the uploads of random
 // overwrites.
 func TestRepackWaitsForAHotSegmentToCool(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	ino := v.writeFile("f", 64) // 2 MiB, one segment
 	src := v.segOf(ino, 0)
 	if st := v.mustCycle(); st.Repacks != 0 {
@@ -76,7 +76,7 @@ func TestRepackOfHotSegments(t *testing.T) {
 		{"no cooling", noCooling, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := newEnv(t, noSweep, tc.cool)
+			v := newFakeEnv(t, noSweep, tc.cool)
 			ino := v.writeFile("f", 64)
 			src := v.segOf(ino, 0)
 			v.mustCycle()

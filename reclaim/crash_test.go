@@ -43,7 +43,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 	}
 	for _, fp := range points {
 		t.Run(fp, func(t *testing.T) {
-			v := newEnv(t, noSweep, noCooling)
+			v := newEngineEnv(t, noSweep, noCooling)
 			v.r.chunkForTests = 8
 			inoB, _ := v.deadSegment("b")
 			v.mustCycle() // deadline for b's dead segment

@@ -20,7 +20,7 @@ func TestFlushInCutoffWindowNotEligible(t *testing.T) {
 		<-listed // the flush below has sealed and its file is deleted
 		return nil, nil
 	}
-	v := newEnv(t, func(o *Options) { o.Checkpoints = lister })
+	v := newEngineEnv(t, func(o *Options) { o.Checkpoints = lister })
 	v.writeFile("keep", 2)
 	a, err := v.e.Create(v.ctx, fs.RootIno, "late", 0o644, 0, 0)
 	if err != nil {

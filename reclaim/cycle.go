@@ -69,7 +69,7 @@ func (r *Reclaimer) cycle(ctx context.Context) (st CycleStats, err error) {
 	if err != nil {
 		return st, fmt.Errorf("reclaim: barrier: %w", err)
 	}
-	if err := r.host.DB().Fenced(); err != nil {
+	if err := r.host.Fenced(); err != nil {
 		// A writer that lost the lease deletes and rewrites nothing.
 		st.Blocked = "fenced"
 		return st, fmt.Errorf("reclaim: %w", err)
@@ -231,7 +231,7 @@ func (r *Reclaimer) noteActivityLocked(c counterEntry, now time.Duration, first 
 func (r *Reclaimer) scanCounters() ([]counterEntry, error) {
 	lo, hi := schema.PrefixRange(schema.PCounter)
 	var out []counterEntry
-	err := r.host.DB().Scan(lo, hi, func(k, v []byte) error {
+	err := r.host.MetaScan(lo, hi, func(k, v []byte) error {
 		id, err := schema.ParseU64Key(k, schema.PCounter)
 		if err != nil {
 			r.log.Error("reclaim: malformed counter key; skipping it", "key", fmt.Sprintf("%x", k))
@@ -393,7 +393,7 @@ func (r *Reclaimer) removeDead(ctx context.Context, c counterEntry) (deleteOutco
 		r.log.Warn("reclaim: delete of a dead segment failed; keeping it for a retry", "segment", seg, "err", err)
 		return outKept, fmt.Errorf("reclaim: segment %s: delete: %w", seg, err)
 	}
-	r.host.Reader().Forget(c.id)
+	r.host.ForgetSegments(c.id)
 	failpoint.Hit("delete-after-object-delete")
 	if err := r.host.DropCounter(c.id); err != nil {
 		// The next scan finds a counter whose object is NotFound and

@@ -9,8 +9,6 @@ import (
 
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/internal/failpoint"
-	"ebbfs.dev/ebbfs/lsm"
-	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -29,7 +27,7 @@ func (v *env) deadSegment(name string) (uint64, uint64) {
 }
 
 func TestDeadSegmentDeletedAfterGrace(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	ino, dead := v.deadSegment("f")
 	want := v.readAll(ino, 4)
 
@@ -66,7 +64,7 @@ func TestDeadSegmentDeletedAfterGrace(t *testing.T) {
 }
 
 func TestCycleRequestsMatchDesign(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	const n = 5
 	var dead []uint64
 	for i := 0; i < n; i++ {
@@ -104,7 +102,7 @@ func TestCycleRequestsMatchDesign(t *testing.T) {
 }
 
 func TestCycleLogsOneSummary(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.deadSegment("f")
 	before := bytes.Count([]byte(v.logBuf.String()), []byte("reclaim: cycle"))
 	v.mustCycle()
@@ -120,7 +118,7 @@ func TestCycleLogsOneSummary(t *testing.T) {
 }
 
 func TestRenewalDoesNotMoveRecordedDeadline(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	create := t0.Add(-time.Minute)
 	v.cps.set(nil, ephemeral("reader", create, 10*time.Minute))
 	_, a := v.deadSegment("a")
@@ -157,7 +155,7 @@ func TestRenewalDoesNotMoveRecordedDeadline(t *testing.T) {
 }
 
 func TestGraceFloorIsSixtySeconds(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.cps.set(nil, ephemeral("short", t0, time.Second))
 	_, a := v.deadSegment("a")
 	v.mustCycle()
@@ -167,7 +165,7 @@ func TestGraceFloorIsSixtySeconds(t *testing.T) {
 }
 
 func TestPersistentCheckpointPauses(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.cps.set(nil, persistent("keep"))
 	_, dead := v.deadSegment("a")
 	ino := v.writeFile("big", 64)
@@ -221,7 +219,7 @@ func TestUnreadableCheckpointListBlocksCycle(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := newEnv(t)
+			v := newFakeEnv(t)
 			_, dead := v.deadSegment("a")
 			v.mustCycle()
 			v.clk.Advance(MinGrace)
@@ -243,7 +241,7 @@ func TestUnreadableCheckpointListBlocksCycle(t *testing.T) {
 }
 
 func TestBlockedCycleRecordsNoDeadline(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.cps.set(errors.New("unreadable"))
 	_, dead := v.deadSegment("a")
 	v.cycle()
@@ -255,7 +253,7 @@ func TestBlockedCycleRecordsNoDeadline(t *testing.T) {
 func TestDeleteBeforeCounterRemoved(t *testing.T) {
 	for _, fp := range []string{"delete-after-verify", "delete-after-object-delete"} {
 		t.Run(fp, func(t *testing.T) {
-			v := newEnv(t)
+			v := newFakeEnv(t)
 			_, dead := v.deadSegment("a")
 			v.mustCycle()
 			v.clk.Advance(MinGrace)
@@ -307,7 +305,7 @@ func armFailpoint(t testing.TB, name string, action func(string)) {
 }
 
 func TestStaleCounterDropped(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	_, dead := v.deadSegment("a")
 	v.mustCycle()
 	v.clk.Advance(MinGrace)
@@ -326,14 +324,12 @@ func TestStaleCounterDropped(t *testing.T) {
 }
 
 func TestUnderCountRepaired(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	ino := v.writeFile("f", 4)
 	seg := v.segOf(ino, 0)
 	c, _ := v.counter(seg)
 	// Corrupt the counter: it claims the live segment is dead.
-	b := v.e.DB().NewBatch()
-	b.Merge(schema.CounterKey(seg), lsm.CounterDelta(-c.live, 0, 0))
-	if err := v.e.DB().Commit(b); err != nil {
+	if err := v.host.AdjustCounter(seg, -c.live, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	v.mustCycle()
@@ -365,13 +361,11 @@ func TestUnderCountRepaired(t *testing.T) {
 // durable before its DELETE, or a crash right after brings the pointers
 // back into a deleted object (the model's undercount-durable-ref run).
 func TestUnderCountDeletionWaitsForDurableState(t *testing.T) {
-	v := newEnv(t)
+	v := newEngineEnv(t)
 	ino := v.writeFile("f", 4)
 	seg := v.segOf(ino, 0)
 	c, _ := v.counter(seg)
-	b := v.e.DB().NewBatch()
-	b.Merge(schema.CounterKey(seg), lsm.CounterDelta(-c.live, 0, 0))
-	if err := v.e.DB().Commit(b); err != nil {
+	if err := v.host.AdjustCounter(seg, -c.live, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	v.mustCycle() // the deadline
@@ -431,7 +425,7 @@ func TestReadErrorKeepsSegmentAndDeadline(t *testing.T) {
 		{"delete", objstore.Rule{Ops: []objstore.Op{objstore.OpDelete}, Prefix: segment.KeyPrefix, Fail: true, Count: 1}},
 	} {
 		t.Run(which.name, func(t *testing.T) {
-			v := newEnv(t)
+			v := newFakeEnv(t)
 			_, dead := v.deadSegment("a")
 			v.mustCycle()
 			d0, _ := v.deadline(dead)
@@ -458,13 +452,13 @@ func TestReadErrorKeepsSegmentAndDeadline(t *testing.T) {
 }
 
 func TestSegmentsAboveCutoffIgnored(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	// A counter for an id above every sealed segment (as if sealed after
 	// the cutoff) is neither aged nor repacked.
-	future := v.e.SweepHorizon() + 100
-	b := v.e.DB().NewBatch()
-	b.Merge(schema.CounterKey(future), lsm.CounterDelta(0, 1000, 2000))
-	v.e.DB().Commit(b)
+	future := v.host.SweepHorizon() + 100
+	if err := v.host.AdjustCounter(future, 0, 1000, 2000); err != nil {
+		t.Fatal(err)
+	}
 	st := v.mustCycle()
 	if st.Dead != 0 || st.NewDeadlines != 0 {
 		t.Fatalf("%+v", st)
@@ -472,7 +466,7 @@ func TestSegmentsAboveCutoffIgnored(t *testing.T) {
 }
 
 func TestCycleSealsAndBarriersFirst(t *testing.T) {
-	v := newEnv(t)
+	v := newEngineEnv(t)
 	a, err := v.e.Create(v.ctx, 1, "dirty", 0o644, 0, 0)
 	if err != nil {
 		t.Fatal(err)

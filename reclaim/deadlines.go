@@ -51,7 +51,7 @@ func decodeDeadlines(b []byte) (map[uint64]time.Duration, error) {
 // clean stop. A record that cannot be read is ignored: every dead segment
 // then gets a full grace when first seen, which is never too early.
 func (r *Reclaimer) restoreDeadlines() {
-	v, found, err := r.host.DB().Get(DeadlinesKey)
+	v, found, err := r.host.MetaGet(DeadlinesKey)
 	if err != nil || !found {
 		if err != nil {
 			r.log.Warn("reclaim: cannot read the recorded deadlines; dead segments get a full grace", "err", err)
@@ -84,17 +84,8 @@ func (r *Reclaimer) saveDeadlines() error {
 		rem[id] = d - now
 	}
 	r.mu.Unlock()
-	db := r.host.DB()
-	b := db.NewBatch()
-	defer b.Close()
-	var err error
 	if len(rem) == 0 {
-		err = b.Delete(DeadlinesKey)
-	} else {
-		err = b.Set(DeadlinesKey, encodeDeadlines(rem))
+		return r.host.MetaPut(DeadlinesKey, nil)
 	}
-	if err != nil {
-		return err
-	}
-	return db.Commit(b)
+	return r.host.MetaPut(DeadlinesKey, encodeDeadlines(rem))
 }

@@ -15,7 +15,7 @@ import (
 // work.
 func TestFaultLoop(t *testing.T) {
 	for i := 0; ; i++ {
-		v := newEnv(t, noSweep, noCooling)
+		v := newFakeEnv(t, noSweep, noCooling)
 		v.r.chunkForTests = 8
 		inoB, deadB := v.deadSegment("b")
 		v.mustCycle()

@@ -56,8 +56,10 @@ func (f *fakeCheckpoints) set(err error, recs ...checkpoint.Record) {
 	f.mu.Unlock()
 }
 
-// env is a real engine on an in-memory store, behind a fault injector
-// and a request counter, on a fake clock.
+// env is a Reclaimer on an in-memory store, behind a fault injector and a
+// request counter, on a fake clock, over either a fake host (newFakeEnv:
+// the unit tests) or a real engine (newEngineEnv: the tests of
+// reclamation together with the engine's writes, locks and durability).
 type env struct {
 	t      testing.TB
 	ctx    context.Context
@@ -68,7 +70,10 @@ type env struct {
 	clk    *clock.Fake
 	log    *slog.Logger
 	logBuf *syncBuffer
-	e      *fs.Engine
+	e      *fs.Engine // nil on a fake host
+	fh     *fakeHost  // nil on a real engine
+	host   Host       // e or fh
+	inos   uint64     // fake host: the last inode number given out
 	trig   *Triggers
 	cps    *fakeCheckpoints
 	r      *Reclaimer
@@ -92,7 +97,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newEnv(t testing.TB, mod ...func(*Options)) *env {
+// newEngineEnv is an env on a real engine.
+func newEngineEnv(t testing.TB, mod ...func(*Options)) *env { return newEnvOn(t, false, mod...) }
+
+// newFakeEnv is an env on a fake host.
+func newFakeEnv(t testing.TB, mod ...func(*Options)) *env { return newEnvOn(t, true, mod...) }
+
+func newEnvOn(t testing.TB, fake bool, mod ...func(*Options)) *env {
 	t.Helper()
 	v := &env{t: t, ctx: context.Background(), mem: objstore.NewMem(), clk: clock.NewFake(t0), cps: &fakeCheckpoints{}, logBuf: &syncBuffer{}}
 	v.faulty = objstore.NewFaulty(v.mem)
@@ -102,12 +113,25 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 		w = io.MultiWriter(v.logBuf, os.Stderr)
 	}
 	v.log = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	k, err := fs.Init(v.ctx, v.count, "password123")
-	if err != nil {
-		t.Fatal(err)
+	if fake {
+		kdf := keys.DefaultKDF()
+		kdf.Time, kdf.MemoryKiB, kdf.Threads = 1, 64, 1
+		_, k, err := keys.NewDescriptor("password123", kdf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.keys = k
+		v.fh = newFakeHost(t, v.count, k)
+		v.fh.check = v.mem
+		v.host, v.trig = v.fh, &Triggers{}
+	} else {
+		k, err := fs.Init(v.ctx, v.count, "password123")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.keys = k
+		v.openEngine()
 	}
-	v.keys = k
-	v.openEngine()
 	v.r = v.newReclaimer(mod...)
 	t.Cleanup(func() {
 		v.r.Close()
@@ -129,13 +153,13 @@ func (v *env) openEngine() {
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	v.e = e
+	v.e, v.host = e, e
 }
 
 func (v *env) newReclaimer(mod ...func(*Options)) *Reclaimer {
 	v.t.Helper()
 	o := Options{
-		Host: v.e, Store: v.count, Keys: v.keys, Checkpoints: v.cps,
+		Host: v.host, Store: v.count, Keys: v.keys, Checkpoints: v.cps,
 		Clock: v.clk, Logger: v.log, FlushInterval: 10 * time.Second,
 	}
 	for _, m := range mod {
@@ -153,6 +177,11 @@ func (v *env) newReclaimer(mod ...func(*Options)) *Reclaimer {
 // it durable: one new segment.
 func (v *env) writeFile(name string, n int) uint64 {
 	v.t.Helper()
+	if v.fh != nil {
+		v.inos++
+		v.writeExtents(100+v.inos, 0, n)
+		return 100 + v.inos
+	}
 	a, err := v.e.Create(v.ctx, fs.RootIno, name, 0o644, 0, 0)
 	if err != nil {
 		v.t.Fatal(err)
@@ -166,6 +195,15 @@ func (v *env) writeFile(name string, n int) uint64 {
 func (v *env) writeExtents(ino uint64, from, n int) {
 	v.t.Helper()
 	v.seed++
+	if v.fh != nil {
+		id, debited := v.fh.write(v.ctx, v.seed, ino, from, n)
+		size, _ := v.counter(id)
+		v.trig.Sealed(id, size.size)
+		if debited {
+			v.trig.DeadBytes()
+		}
+		return
+	}
 	buf := make([]byte, n*segment.ExtentSize)
 	rand.New(rand.NewSource(v.seed)).Read(buf)
 	if _, err := v.e.Write(v.ctx, ino, buf, int64(from)*segment.ExtentSize); err != nil {
@@ -176,7 +214,7 @@ func (v *env) writeExtents(ino uint64, from, n int) {
 
 func (v *env) barrier() {
 	v.t.Helper()
-	if err := v.e.Barrier(v.ctx); err != nil {
+	if err := v.host.Barrier(v.ctx); err != nil {
 		v.t.Fatal(err)
 	}
 }
@@ -184,7 +222,7 @@ func (v *env) barrier() {
 // pointer returns the current pointer of (ino, idx).
 func (v *env) pointer(ino, idx uint64) segment.Pointer {
 	v.t.Helper()
-	b, ok, err := v.e.DB().Get(schema.ExtentKey(ino, idx))
+	b, ok, err := v.host.MetaGet(schema.ExtentKey(ino, idx))
 	if err != nil || !ok {
 		v.t.Fatalf("extent %d/%d: ok=%v err=%v", ino, idx, ok, err)
 	}
@@ -197,7 +235,7 @@ func (v *env) pointer(ino, idx uint64) segment.Pointer {
 
 func (v *env) counter(id uint64) (counterEntry, bool) {
 	v.t.Helper()
-	b, ok, err := v.e.DB().Get(schema.CounterKey(id))
+	b, ok, err := v.host.MetaGet(schema.CounterKey(id))
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -251,6 +289,10 @@ func (v *env) mustCycle() CycleStats {
 // from the store alone).
 func (v *env) consistent() {
 	v.t.Helper()
+	if v.fh != nil {
+		v.fh.consistent(v.ctx)
+		return
+	}
 	rep, err := v.e.Check(v.ctx, true)
 	if err != nil {
 		v.t.Fatal(err)
@@ -269,6 +311,10 @@ func (v *env) consistent() {
 
 func (v *env) durablyConsistent() *fs.FsckReport {
 	v.t.Helper()
+	if v.fh != nil {
+		v.fh.consistent(v.ctx) // the fake's state is its durable state
+		return &fs.FsckReport{}
+	}
 	rep, err := fs.Fsck(v.ctx, v.mem, v.keys, fs.FsckOptions{VerifyData: true, TempDir: v.t.TempDir(), Logger: v.log})
 	if err != nil {
 		v.t.Fatal(err)
@@ -281,6 +327,9 @@ func (v *env) durablyConsistent() *fs.FsckReport {
 
 func (v *env) readAll(ino uint64, n int) []byte {
 	v.t.Helper()
+	if v.fh != nil {
+		return v.fh.read(v.ctx, ino, n)
+	}
 	buf := make([]byte, n*segment.ExtentSize)
 	k, err := v.e.Read(v.ctx, ino, buf, 0)
 	if err != nil {
@@ -351,8 +400,8 @@ func (v *env) releaseLease() {
 // orphan uploads a valid segment object that no counter or pointer knows.
 func (v *env) orphan(frames int) uint64 {
 	v.t.Helper()
-	id := v.e.NewSegmentID()
-	defer v.e.SegmentDone(id)
+	id := v.host.NewSegmentID()
+	defer v.host.SegmentDone(id)
 	b := segment.NewBuilder(v.keys, id, segment.CodecNone)
 	for i := 0; i < frames; i++ {
 		data := make([]byte, 1000)
@@ -379,3 +428,41 @@ const (
 )
 
 var objstoreNoCond = objstore.PutOptions{}
+
+// metaSet sets a metadata record straight in the store, outside the
+// engine's pointer updates (tests that plant records); metaDelete deletes
+// one.
+func (v *env) metaSet(key, value []byte) { v.metaChange(key, value, false) }
+
+func (v *env) metaDelete(key []byte) { v.metaChange(key, nil, true) }
+
+func (v *env) metaChange(key, value []byte, del bool) {
+	v.t.Helper()
+	if v.fh != nil {
+		if del {
+			v.fh.MetaPut(key, nil)
+		} else {
+			v.fh.set(key, value)
+		}
+		return
+	}
+	b := v.e.DB().NewBatch()
+	if del {
+		b.Delete(key)
+	} else {
+		b.Set(key, value)
+	}
+	if err := v.e.DB().Commit(b); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
+// metaGet reads a metadata record.
+func (v *env) metaGet(key []byte) ([]byte, bool) {
+	v.t.Helper()
+	b, ok, err := v.host.MetaGet(key)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return b, ok
+}

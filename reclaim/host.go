@@ -4,10 +4,8 @@ import (
 	"context"
 
 	"ebbfs.dev/ebbfs/checkpoint"
-	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
-	"ebbfs.dev/ebbfs/segread"
 )
 
 // Host is what reclamation needs from the filesystem engine; *fs.Engine
@@ -19,11 +17,26 @@ type Host interface {
 	Seal(ctx context.Context) error
 	// Barrier makes everything committed so far durable.
 	Barrier(ctx context.Context) error
-	// DB is the metadata store.
-	DB() *lsm.DB
-	// Reader is the engine's segment reader (its caches are told to forget
-	// deleted segments).
-	Reader() *segread.Reader
+	// Fenced reports why the engine may no longer write (its lease was
+	// lost), or nil.
+	Fenced() error
+	// MetaScan calls f for each metadata record in [lower, upper), in key
+	// order and one consistent view; the slices are valid during the call.
+	MetaScan(lower, upper []byte, f func(k, v []byte) error) error
+	// MetaGet returns a copy of one metadata record's value.
+	MetaGet(key []byte) ([]byte, bool, error)
+	// MetaGetAll calls f(i, value) for each of keys that exists, reading
+	// all of them in one consistent view.
+	MetaGetAll(keys [][]byte, f func(i int, v []byte) error) error
+	// MetaPut sets one of reclamation's own records (LastSweepKey,
+	// DeadlinesKey) to value, or deletes it if value is nil.
+	MetaPut(key, value []byte) error
+	// ForgetSegments tells the engine's caches that these segments'
+	// objects are gone.
+	ForgetSegments(ids ...uint64)
+	// Relocated tells the engine's caches that the frames of moves now
+	// live in the repack output obj.
+	Relocated(obj []byte, moves []segment.Move)
 	// BarrierCutoff runs the barrier and, under the same publication
 	// barrier, returns the cycle's cutoff: every segment below it is
 	// sealed, fully committed and durable; segments still in flight are
@@ -45,6 +58,14 @@ type Host interface {
 	DropCounter(seg uint64) error
 	// AdjustCounter adds a delta to a segment's counter.
 	AdjustCounter(seg uint64, live, total, size int64) error
+	// CleanTombstones runs one tombstone cleaner transaction (a bounded
+	// batch of pointers of deleted files and truncated ranges, removed
+	// with their counters debited) and says what it finished: tombstones
+	// whose files are now empty, pointers removed and their frame bytes.
+	// With an error, the counts are what was committed before it. It
+	// does nothing while the engine cannot write safely (read-only,
+	// metadata reserve in use, local store failed).
+	CleanTombstones(ctx context.Context) (tombs, extents int, bytes int64, err error)
 }
 
 // CheckpointLister lists the checkpoint records. It must fail if any

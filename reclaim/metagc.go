@@ -321,6 +321,59 @@ type metaPlan struct {
 	del         []objstore.ObjectInfo // manifests (ascending) then SSTs
 }
 
+// metaKeep collects, for one planning pass, the metadata objects that
+// must stay: those of the manifests checkpoints pin and of the manifests
+// that stay.
+type metaKeep struct {
+	g    *MetaGC
+	db   *lsm.DB
+	s    objstore.Store
+	keep map[string]bool
+	read map[uint64]bool // manifests whose objects are in keep
+}
+
+// addManifest keeps the objects of manifest seq; why names it in errors.
+func (k *metaKeep) addManifest(ctx context.Context, seq uint64, why string) error {
+	if k.read[seq] {
+		return nil
+	}
+	objs, err := k.db.ManifestObjects(ctx, seq)
+	if err != nil {
+		return fmt.Errorf("reclaim: metadata gc: %s: cannot read manifest %d; deleting nothing: %w", why, seq, err)
+	}
+	for _, o := range objs {
+		k.keep[o] = true
+	}
+	k.read[seq] = true
+	return nil
+}
+
+// addCheckpoints keeps the manifests of every checkpoint record, notes
+// when the next expired reader record becomes prunable, and counts the
+// records in p.
+func (k *metaKeep) addCheckpoints(ctx context.Context, p *metaPlan) error {
+	recs, err := checkpoint.List(ctx, k.s)
+	if err != nil {
+		return fmt.Errorf("reclaim: metadata gc: checkpoint list unreadable; deleting nothing: %w", err)
+	}
+	p.checkpoints = len(recs)
+	var prunable time.Time
+	for _, r := range recs {
+		if at := r.ExpireTime.Add(r.Span()); r.Kind == checkpoint.Ephemeral && !r.ExpireTime.IsZero() && (prunable.IsZero() || at.Before(prunable)) {
+			prunable = at
+		}
+	}
+	k.g.mu.Lock()
+	k.g.mu.prunable = prunable
+	k.g.mu.Unlock()
+	for _, r := range recs {
+		if err := k.addManifest(ctx, r.ManifestSeq, "checkpoint "+strconv.Quote(r.Name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
 	db, s := g.o.DB, g.o.Store
 	var p metaPlan
@@ -346,45 +399,9 @@ func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
 	if err != nil {
 		g.o.Logger.Warn("reclaim: metadata gc: pruning expired checkpoints", "err", err)
 	}
-	keep := map[string]bool{}
-	read := map[uint64]bool{} // manifests whose objects are in keep
-	addManifest := func(seq uint64, why string) error {
-		if read[seq] {
-			return nil
-		}
-		objs, err := db.ManifestObjects(ctx, seq)
-		if err != nil {
-			return fmt.Errorf("reclaim: metadata gc: %s: cannot read manifest %d; deleting nothing: %w", why, seq, err)
-		}
-		for _, o := range objs {
-			keep[o] = true
-		}
-		read[seq] = true
-		return nil
-	}
-	addCheckpoints := func() error {
-		recs, err := checkpoint.List(ctx, s)
-		if err != nil {
-			return fmt.Errorf("reclaim: metadata gc: checkpoint list unreadable; deleting nothing: %w", err)
-		}
-		p.checkpoints = len(recs)
-		var prunable time.Time
-		for _, r := range recs {
-			if at := r.ExpireTime.Add(r.Span()); r.Kind == checkpoint.Ephemeral && !r.ExpireTime.IsZero() && (prunable.IsZero() || at.Before(prunable)) {
-				prunable = at
-			}
-		}
-		g.mu.Lock()
-		g.mu.prunable = prunable
-		g.mu.Unlock()
-		for _, r := range recs {
-			if err := addManifest(r.ManifestSeq, "checkpoint "+strconv.Quote(r.Name)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := addCheckpoints(); err != nil {
+	k := &metaKeep{g: g, db: db, s: s, keep: map[string]bool{}, read: map[uint64]bool{}}
+	keep := k.keep
+	if err := k.addCheckpoints(ctx, &p); err != nil {
 		return p, err
 	}
 	manifests, err := objstore.ListAll(ctx, s, metaManifestPrefix)
@@ -419,7 +436,7 @@ func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
 		seqs = append(seqs, seqObj{seq, o})
 	}
 	// Records written while this pass listed.
-	if err := addCheckpoints(); err != nil {
+	if err := k.addCheckpoints(ctx, &p); err != nil {
 		return p, err
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i].seq < seqs[j].seq })
@@ -430,7 +447,7 @@ func (g *MetaGC) plan(ctx context.Context) (metaPlan, error) {
 		if m.seq >= p.horizon || keep[m.obj.Key] || !old(m.obj) || i+1 >= len(seqs) || !old(seqs[i+1].obj) {
 			// A manifest that stays keeps its tables: no pass leaves a
 			// manifest that cannot be opened.
-			if err := addManifest(m.seq, "kept manifest"); err != nil {
+			if err := k.addManifest(ctx, m.seq, "kept manifest"); err != nil {
 				return p, err
 			}
 			continue

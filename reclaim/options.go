@@ -91,6 +91,12 @@ type Options struct {
 	// Logger receives the per-cycle summary and problems (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// CleanerStats receives the tombstone cleaner's figures (may be nil).
+	CleanerStats *CleanerStats
+	// CleanerDelay (test builds only) makes the tombstone cleaner wait
+	// this long after it is woken, so that tests can watch tombstones
+	// pending. 0 in production.
+	CleanerDelay time.Duration
 	// DisableSweep turns the scheduled orphan sweep off (SweepNow still
 	// works). For tools and tests.
 	DisableSweep bool

@@ -1,8 +1,9 @@
 // Package reclaim is stage 2 and the orphan sweep of ebbfs space
 // reclamation (DESIGN sections 7 and 8): the segment reclamation cycle
 // (dead-segment deletion and repack), the daily orphan sweep, and the
-// scheduler that runs both on one worker goroutine. Stage 1 (the tombstone
-// cleaner) lives in fs; stage 3 (metadata objects) in metagc*.go.
+// scheduler that runs both on one worker goroutine; stage 1, the tombstone
+// cleaner, on a worker of its own (cleaner.go); stage 3 (metadata objects)
+// in metagc*.go.
 //
 // The package talks to the filesystem engine only through Host, so it does
 // not import fs. Time comes from an injected clock; deadlines are on
@@ -53,6 +54,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segread"
@@ -70,6 +72,8 @@ type Reclaimer struct {
 	store *objstore.Counting // every request reclamation sends goes through it
 	rd    *segread.Reader    // uncached reader over store, for repack fetches
 	meta  chan struct{}      // MetaParallel tokens shared by all jobs
+
+	cleanerW *worker.Worker // the tombstone cleaner (cleaner.go); set under mu by Start
 
 	notify chan struct{} // buffered 1, written without blocking
 	done   chan struct{} // closed when the worker exits
@@ -169,6 +173,8 @@ func (r *Reclaimer) Start() {
 	}
 	r.mu.started = true
 	r.mu.pending = true
+	// Started under the lock, so Close and Tombstoned see it.
+	r.cleanerW = worker.Start("reclaim-cleaner", r.clk, r.cleaner)
 	r.mu.Unlock()
 	r.live.noteTrigger(TriggerStartup)
 	if !r.opts.DisableSweep {
@@ -189,7 +195,7 @@ func (r *Reclaimer) Close() error {
 	}
 	r.mu.closed = true
 	r.mu.idle = false
-	started := r.mu.started
+	started, cleaner := r.mu.started, r.cleanerW
 	reqs, sreqs := r.mu.runReqs, r.mu.sweepReqs
 	r.mu.runReqs, r.mu.sweepReqs = nil, nil
 	r.mu.Unlock()
@@ -198,6 +204,7 @@ func (r *Reclaimer) Close() error {
 	r.stop()
 	r.kick()
 	if started {
+		cleaner.Close()
 		<-r.done
 	} else {
 		close(r.done)
@@ -244,9 +251,17 @@ func (r *Reclaimer) Sealed(segID uint64, size int64) {
 	}
 }
 
-// Tombstoned implements fs.Events. The cleaner's debits trigger the cycle
-// (DeadBytes), so a tombstone alone does nothing.
-func (r *Reclaimer) Tombstoned() {}
+// Tombstoned implements fs.Events: an unlink wrote a tombstone, which wakes
+// the tombstone cleaner. The cleaner's debits trigger the cycle
+// (DeadBytes).
+func (r *Reclaimer) Tombstoned() {
+	r.mu.Lock()
+	w := r.cleanerW
+	r.mu.Unlock()
+	if w != nil {
+		w.Notify()
+	}
+}
 
 // Triggers forwards fs.Events to a Reclaimer attached after the engine was
 // opened (the engine needs its Events before the Reclaimer can exist).
@@ -287,8 +302,13 @@ func (t *Triggers) Sealed(segID uint64, size int64) {
 	}
 }
 
-// Tombstoned implements fs.Events.
-func (t *Triggers) Tombstoned() {}
+// Tombstoned implements fs.Events. Before Attach it is dropped: the
+// cleaner's first pass, at Start, finds every tombstone.
+func (t *Triggers) Tombstoned() {
+	if r := t.r.Load(); r != nil {
+		r.Tombstoned()
+	}
+}
 
 // RunNow runs a cycle now (`ebbfs reclaim run`), without waiting for the
 // coalescing interval, and returns its summary. It needs a started
@@ -441,7 +461,7 @@ func (r *Reclaimer) runScheduledCycle(why string) (CycleStats, error) {
 	r.mu.Unlock()
 	st, err := r.cycle(r.ctx)
 	r.mu.Lock()
-	if (err != nil || st.Retry) && !r.mu.closed && r.host.DB().Fenced() == nil {
+	if (err != nil || st.Retry) && !r.mu.closed && r.host.Fenced() == nil {
 		r.mu.retryAt = r.clk.Mono() + RetryDelay
 	}
 	r.mu.lastStats = st

@@ -267,7 +267,7 @@ func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
 			return js, fmt.Errorf("reclaim: repack: repoint into %016x: %w", out, err)
 		}
 		// What was cached stays cached at its new place.
-		r.host.Reader().Relocated(obj, part)
+		r.host.Relocated(obj, part)
 		js.moved += n
 		r.live.jobUpdate(live, func(j *RepackJob) { j.Moved = js.moved })
 		if i+chunk < len(moves) {

@@ -87,7 +87,7 @@ func (v *env) fragmented(name string) (uint64, uint64) {
 }
 
 func TestRepackRelocatesLiveFrames(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	ino, src := v.fragmented("f")
 	want := v.readAll(ino, 64)
 	srcSize := v.objects()[src]
@@ -138,7 +138,7 @@ func TestRepackRelocatesLiveFrames(t *testing.T) {
 }
 
 func TestDrainedSourceNotDeletedSameCycle(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	ino, src := v.fragmented("f")
 	want := v.readAll(ino, 64)
 	st := v.mustCycle()
@@ -165,7 +165,7 @@ func TestDrainedSourceNotDeletedSameCycle(t *testing.T) {
 }
 
 func TestRepackCombinesSmallSegments(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	var inos []uint64
 	var srcs []uint64
 	for _, n := range []string{"a", "b", "c"} {
@@ -206,7 +206,7 @@ func TestRepackCombinesSmallSegments(t *testing.T) {
 }
 
 func TestConcurrentOverwriteWinsOverRepoint(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	ino, _ := v.fragmented("f")
 	var once sync.Once
 	armFailpoint(t, "repack-after-upload", func(string) {
@@ -233,7 +233,7 @@ func TestConcurrentOverwriteWinsOverRepoint(t *testing.T) {
 }
 
 func TestRepackFailureStopsAdmissions(t *testing.T) {
-	v := newEnv(t, func(o *Options) { o.MaxConcurrentRepacks = 1 })
+	v := newFakeEnv(t, func(o *Options) { o.MaxConcurrentRepacks = 1 })
 	v.r.budgetForTests = 1 // every source is its own job
 	for _, n := range []string{"a", "b", "c"} {
 		v.fragmented(n)
@@ -257,7 +257,7 @@ func TestRepackFailureStopsAdmissions(t *testing.T) {
 }
 
 func TestRepackMidRepointIsConsistent(t *testing.T) {
-	v := newEnv(t)
+	v := newEngineEnv(t)
 	v.r.chunkForTests = 5
 	ino, _ := v.fragmented("f")
 	hits := 0

@@ -85,7 +85,7 @@ func TestShortWritersConvergeAndLoseNothing(t *testing.T) {
 	}
 	cleanAll := func(s session) {
 		for {
-			n, err := s.e.CleanTombstones(ctx)
+			_, n, _, err := s.e.CleanTombstones(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,7 +18,7 @@ func (v *env) start() {
 }
 
 func TestStartupRunsOneCycle(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	v.writeFile("f", 4)
 	v.start()
 	if n := v.cycles(); n != 1 {
@@ -31,7 +31,7 @@ func TestStartupRunsOneCycle(t *testing.T) {
 }
 
 func TestIdleSendsNothing(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.writeFile("f", 4)
 	v.start()
 	waitFor(t, "the startup sweep", func() bool {
@@ -64,7 +64,7 @@ func TestIdleSendsNothing(t *testing.T) {
 }
 
 func TestTriggersCoalescedToFlushInterval(t *testing.T) {
-	v := newEnv(t, noSweep) // flush interval 10 s
+	v := newFakeEnv(t, noSweep) // flush interval 10 s
 	v.start()
 	for i := 0; i < 5; i++ {
 		v.r.DeadBytes()
@@ -88,7 +88,7 @@ func TestTriggersCoalescedToFlushInterval(t *testing.T) {
 }
 
 func TestSealedSmallSegmentTriggers(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	v.start()
 	v.advance(time.Minute)
 	v.r.Sealed(1, 2<<20)
@@ -104,7 +104,7 @@ func TestSealedSmallSegmentTriggers(t *testing.T) {
 }
 
 func TestDeadBytesEventTriggers(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	ino := v.writeFile("f", 40)
 	v.start()
 	v.advance(time.Minute)
@@ -119,7 +119,7 @@ func TestDeadBytesEventTriggers(t *testing.T) {
 }
 
 func TestDeadlineArrivalTriggersCycle(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	_, dead := v.deadSegment("a")
 	v.start()
 	if st, _ := v.r.LastCycle(); st.NewDeadlines != 1 {
@@ -140,7 +140,7 @@ func TestDeadlineArrivalTriggersCycle(t *testing.T) {
 }
 
 func TestFailedCycleRetriesAfter60s(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	v.cps.set(errors.New("unreadable"))
 	_, dead := v.deadSegment("a")
 	v.start()
@@ -166,7 +166,7 @@ func TestFailedCycleRetriesAfter60s(t *testing.T) {
 }
 
 func TestPersistentCheckpointRetriesAfter60s(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	v.cps.set(nil, persistent("keep"))
 	_, dead := v.deadSegment("a")
 	v.start()
@@ -183,7 +183,7 @@ func TestPersistentCheckpointRetriesAfter60s(t *testing.T) {
 }
 
 func TestPersistentCheckpointWithoutWorkDoesNotRetry(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	v.cps.set(nil, persistent("keep"))
 	v.writeFile("f", 40)
 	v.start()
@@ -194,7 +194,7 @@ func TestPersistentCheckpointWithoutWorkDoesNotRetry(t *testing.T) {
 }
 
 func TestRunNowAndSweepNow(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	v.start()
 	v.deadSegment("a")
 	st, err := v.r.RunNow(v.ctx)
@@ -206,7 +206,7 @@ func TestRunNowAndSweepNow(t *testing.T) {
 	if err != nil || sw.Deleted != 1 || v.exists(o) {
 		t.Fatalf("SweepNow: %+v %v", sw, err)
 	}
-	val, _, _ := v.e.DB().Get(LastSweepKey)
+	val, _, _ := v.host.MetaGet(LastSweepKey)
 	if ts, ok := decodeLastSweep(val); !ok || !ts.Equal(v.clk.Now()) {
 		t.Fatalf("timestamp %v", ts)
 	}
@@ -221,7 +221,7 @@ func TestRunNowAndSweepNow(t *testing.T) {
 }
 
 func TestCloseStopsAdmissionsAdmittedJobsFinish(t *testing.T) {
-	v := newEnv(t, noSweep, func(o *Options) { o.MaxConcurrentRepacks = 1 })
+	v := newFakeEnv(t, noSweep, func(o *Options) { o.MaxConcurrentRepacks = 1 })
 	v.r.budgetForTests = 1 // one job per source
 	var srcs []uint64
 	for _, n := range []string{"a", "b", "c"} {
@@ -260,7 +260,7 @@ func TestCloseStopsAdmissionsAdmittedJobsFinish(t *testing.T) {
 }
 
 func TestSweepScheduleIsMonotonic(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.start()
 	waitFor(t, "the startup sweep", func() bool {
 		v.r.mu.Lock()
@@ -284,7 +284,7 @@ func TestSweepScheduleIsMonotonic(t *testing.T) {
 }
 
 func TestRunNowHonoursContext(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newFakeEnv(t, noSweep)
 	ctx, cancel := context.WithCancel(v.ctx)
 	cancel()
 	if _, err := v.r.RunNow(ctx); err == nil {

@@ -135,10 +135,9 @@ func (r *Reclaimer) SpaceLocal() (SpaceReport, error) {
 // tombstones counts pending tombstones and the frame bytes of their
 // remaining extents.
 func (r *Reclaimer) tombstones(rep *SpaceReport) error {
-	db := r.host.DB()
 	lo, hi := schema.PrefixRange(schema.PTombstone)
 	var inos []uint64
-	if err := db.Scan(lo, hi, func(k, _ []byte) error {
+	if err := r.host.MetaScan(lo, hi, func(k, _ []byte) error {
 		if ino, err := schema.ParseU64Key(k, schema.PTombstone); err == nil {
 			inos = append(inos, ino)
 		}
@@ -149,7 +148,7 @@ func (r *Reclaimer) tombstones(rep *SpaceReport) error {
 	rep.TombstonesPending = len(inos)
 	for _, ino := range inos {
 		elo, ehi := schema.ExtentRange(ino, 0, 0)
-		if err := db.Scan(elo, ehi, func(_, v []byte) error {
+		if err := r.host.MetaScan(elo, ehi, func(_, v []byte) error {
 			if p, err := segment.UnmarshalPointer(v); err == nil {
 				rep.TombstoneBytes += int64(p.Length)
 			}

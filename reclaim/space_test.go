@@ -9,15 +9,11 @@ import (
 )
 
 func TestSpaceReport(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	liveIno := v.writeFile("live", 8)
 	_, dead := v.deadSegment("dead")
 	tomb := v.writeFile("tomb", 12)
-	b := v.e.DB().NewBatch()
-	b.Set(schema.TombstoneKey(tomb), nil) // as an unlink of a large file leaves it
-	if err := v.e.DB().Commit(b); err != nil {
-		t.Fatal(err)
-	}
+	v.metaSet(schema.TombstoneKey(tomb), nil) // as an unlink of a large file leaves it
 	v.mustCycle()
 	v.setLastSweep(encodeLastSweep(t0.Add(-4 * time.Hour)))
 	v.r.scheduleFirstSweep()
@@ -36,7 +32,7 @@ func TestSpaceReport(t *testing.T) {
 	var wantLive int64
 	for _, ino := range []uint64{liveIno, tomb} {
 		for i := uint64(0); ; i++ {
-			if _, ok, _ := v.e.DB().Get(schema.ExtentKey(ino, i)); !ok {
+			if _, ok, _ := v.host.MetaGet(schema.ExtentKey(ino, i)); !ok {
 				break
 			}
 			wantLive += int64(v.pointer(ino, i).Length)
@@ -82,7 +78,7 @@ func TestOptionsDefaultsAndValidate(t *testing.T) {
 	if err := o.Validate(); err == nil {
 		t.Fatal("options without host, store and keys validated")
 	}
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	good := v.r.opts
 	for name, mod := range map[string]func(*Options){
 		"dead percent 0":   func(o *Options) { o.MinDeadPercent = -1 },
@@ -105,7 +101,7 @@ func TestOptionsDefaultsAndValidate(t *testing.T) {
 }
 
 func TestDefaultCheckpointListerReadsStore(t *testing.T) {
-	v := newEnv(t, func(o *Options) { o.Checkpoints = nil })
+	v := newFakeEnv(t, func(o *Options) { o.Checkpoints = nil })
 	v.mem.Put(v.ctx, "checkpoints/broken", []byte("not json"), objstoreNoCond)
 	_, dead := v.deadSegment("a")
 	if _, err := v.cycle(); err == nil {

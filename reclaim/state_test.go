@@ -11,7 +11,7 @@ import (
 // phase, keeps the cycles that freed something, and the totals add up the
 // cycles' summaries.
 func TestActivityAndTotals(t *testing.T) {
-	v := newEnv(t, noSweep)
+	v := newEngineEnv(t, noSweep)
 	v.writeFile("keep", 4)
 	v.writeFile("gone", 4)
 	v.start()

@@ -66,7 +66,7 @@ func sweepDelay(last time.Time, ok bool, now time.Time) time.Duration {
 }
 
 func (r *Reclaimer) scheduleFirstSweep() {
-	v, found, err := r.host.DB().Get(LastSweepKey)
+	v, found, err := r.host.MetaGet(LastSweepKey)
 	var last time.Time
 	ok := false
 	switch {
@@ -130,7 +130,7 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 	mono0 := r.clk.Mono()
 	req0 := r.store.Snapshot()
 	st.Horizon = r.host.SweepHorizon()
-	if err := r.host.DB().Fenced(); err != nil {
+	if err := r.host.Fenced(); err != nil {
 		return st, fmt.Errorf("reclaim: sweep: %w", err)
 	}
 	defer func() {
@@ -185,7 +185,7 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 			if id >= st.Horizon {
 				continue
 			}
-			_, has, err := r.host.DB().Get(schema.CounterKey(id))
+			_, has, err := r.host.MetaGet(schema.CounterKey(id))
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -228,12 +228,7 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 	wg.Wait()
 	st.Complete = complete
 	if complete {
-		b := r.host.DB().NewBatch()
-		defer b.Close()
-		err := b.Set(LastSweepKey, encodeLastSweep(st.Start))
-		if err == nil {
-			err = r.host.DB().Commit(b)
-		}
+		err := r.host.MetaPut(LastSweepKey, encodeLastSweep(st.Start))
 		if err == nil {
 			failpoint.Hit("sweep-after-record-time")
 			err = r.host.Barrier(ctx)
@@ -298,7 +293,7 @@ func (r *Reclaimer) judgeOrphan(ctx context.Context, id uint64, size int64) (orp
 	if err := r.store.Delete(ctx, segKey(id)); err != nil {
 		return orphanKept, fmt.Errorf("reclaim: sweep: segment %s: delete: %w", seg, err)
 	}
-	r.host.Reader().Forget(id)
+	r.host.ForgetSegments(id)
 	failpoint.Hit("sweep-after-delete")
 	return orphanDeleted, nil
 }

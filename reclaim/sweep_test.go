@@ -11,14 +11,10 @@ import (
 
 func (v *env) setLastSweep(val []byte) {
 	v.t.Helper()
-	b := v.e.DB().NewBatch()
 	if val == nil {
-		b.Delete(LastSweepKey)
+		v.metaDelete(LastSweepKey)
 	} else {
-		b.Set(LastSweepKey, val)
-	}
-	if err := v.e.DB().Commit(b); err != nil {
-		v.t.Fatal(err)
+		v.metaSet(LastSweepKey, val)
 	}
 }
 
@@ -34,7 +30,7 @@ func (v *env) firstSweepDelay() time.Duration {
 }
 
 func TestSweepStartupDelayPastTimestamp(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.setLastSweep(encodeLastSweep(t0.Add(-5 * time.Hour)))
 	if d := v.firstSweepDelay(); d != 19*time.Hour {
 		t.Fatalf("delay %v, want 19h (24h after the last sweep)", d)
@@ -46,7 +42,7 @@ func TestSweepStartupDelayPastTimestamp(t *testing.T) {
 }
 
 func TestSweepStartupDelayFutureTimestamp(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.setLastSweep(encodeLastSweep(t0.Add(100 * time.Hour)))
 	if d := v.firstSweepDelay(); d != SweepInterval {
 		t.Fatalf("delay %v for a future timestamp, want at most one interval (24h)", d)
@@ -58,14 +54,14 @@ func TestSweepStartupDelayFutureTimestamp(t *testing.T) {
 }
 
 func TestSweepStartupDelayMissingTimestamp(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	if d := v.firstSweepDelay(); d != 0 {
 		t.Fatalf("delay %v without a timestamp, want 0", d)
 	}
 }
 
 func TestSweepStartupDelayInvalidTimestamp(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	for _, bad := range [][]byte{{}, []byte("yesterday"), make([]byte, 8), {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}} {
 		v.setLastSweep(bad)
 		if d := v.firstSweepDelay(); d != 0 {
@@ -75,23 +71,21 @@ func TestSweepStartupDelayInvalidTimestamp(t *testing.T) {
 }
 
 func TestOrphanSweepDeletesOnlyUnreferenced(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	ino := v.writeFile("f", 4)
 	live := v.segOf(ino, 0)
 	orphan := v.orphan(3)
 	// An unreadable counter-less object (directory will not parse).
-	badID := v.e.NewSegmentID()
-	v.e.SegmentDone(badID)
+	badID := v.host.NewSegmentID()
+	v.host.SegmentDone(badID)
 	v.mem.Put(v.ctx, segment.Key(badID), make([]byte, 500), objstore.PutOptions{})
 	// A referenced segment whose counter was lost.
 	ino2 := v.writeFile("g", 2)
 	lost := v.segOf(ino2, 0)
 	lostCounter, _ := v.counter(lost)
-	b := v.e.DB().NewBatch()
-	b.Delete(schema.CounterKey(lost))
-	v.e.DB().Commit(b)
+	v.metaDelete(schema.CounterKey(lost))
 	// An upload still in flight (above the horizon).
-	inflight := v.e.NewSegmentID()
+	inflight := v.host.NewSegmentID()
 	bl := segment.NewBuilder(v.keys, inflight, segment.CodecNone)
 	bl.Add(segment.FrameID{Ino: 5, Extent: 0, Gen: inflight}, []byte("x"))
 	segment.Upload(v.ctx, v.mem, inflight, bl.Finish())
@@ -119,7 +113,7 @@ func TestOrphanSweepDeletesOnlyUnreferenced(t *testing.T) {
 	if c, ok := v.counter(lost); !ok || c != lostCounter {
 		t.Fatalf("recreated counter %+v (ok %v), want %+v", c, ok, lostCounter)
 	}
-	v.e.SegmentDone(inflight)
+	v.host.SegmentDone(inflight)
 	v.mem.Delete(v.ctx, segment.Key(badID))
 	v.mem.Delete(v.ctx, segment.Key(inflight))
 	v.barrier()
@@ -127,7 +121,7 @@ func TestOrphanSweepDeletesOnlyUnreferenced(t *testing.T) {
 }
 
 func TestOrphanSweepConsidersCompleteListing(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	// 1,100 counter-less objects in one shard (more than one listing page),
 	// every 100th unreadable.
 	const n = 1100
@@ -158,7 +152,7 @@ func TestOrphanSweepConsidersCompleteListing(t *testing.T) {
 }
 
 func TestOrphanSweepOnlyListOfSegments(t *testing.T) {
-	v := newEnv(t)
+	v := newFakeEnv(t)
 	v.deadSegment("a")
 	v.fragmented("b")
 	v.orphan(2)
@@ -188,7 +182,7 @@ func TestOrphanSweepOnlyListOfSegments(t *testing.T) {
 }
 
 func TestSweepOnlyCompletedUpdatesTimestamp(t *testing.T) {
-	v := newEnv(t, func(o *Options) { o.DisableSweep = false })
+	v := newEngineEnv(t, func(o *Options) { o.DisableSweep = false })
 	old := t0.Add(-48 * time.Hour)
 	v.setLastSweep(encodeLastSweep(old))
 	orphan := v.orphan(1)
@@ -200,7 +194,7 @@ func TestSweepOnlyCompletedUpdatesTimestamp(t *testing.T) {
 	if v.exists(orphan) && orphan&0xff != 7 {
 		t.Fatal("an incomplete sweep must still judge the shards it listed")
 	}
-	val, _, _ := v.e.DB().Get(LastSweepKey)
+	val, _, _ := v.host.MetaGet(LastSweepKey)
 	if got, ok := decodeLastSweep(val); !ok || !got.Equal(old) {
 		t.Fatalf("incomplete sweep changed the timestamp to %v", got)
 	}
@@ -215,7 +209,7 @@ func TestSweepOnlyCompletedUpdatesTimestamp(t *testing.T) {
 	if err != nil || !st.Complete {
 		t.Fatalf("%+v %v", st, err)
 	}
-	val, _, _ = v.e.DB().Get(LastSweepKey)
+	val, _, _ = v.host.MetaGet(LastSweepKey)
 	if got, ok := decodeLastSweep(val); !ok || !got.Equal(v.clk.Now()) {
 		t.Fatalf("timestamp %v, want %v", got, v.clk.Now())
 	}

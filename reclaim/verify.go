@@ -1,7 +1,6 @@
 package reclaim
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
@@ -45,19 +44,6 @@ func (r *Reclaimer) lookup(id uint64, entries []segment.DirEntry) (lookupResult,
 	r.meta <- struct{}{}
 	defer func() { <-r.meta }()
 	var res lookupResult
-	it, err := r.host.DB().NewIter(nil, nil)
-	if err != nil {
-		return res, err
-	}
-	defer it.Close()
-	ck := schema.CounterKey(id)
-	if it.SeekGE(ck) && bytes.Equal(it.Key(), ck) {
-		live, _, _, err := decodeCounter(it.Value())
-		if err != nil {
-			return res, err
-		}
-		res.counterFound, res.counterLive = true, live
-	}
 	type ext struct{ ino, idx uint64 }
 	byExt := make(map[ext][]segment.DirEntry, len(entries))
 	order := make([]ext, 0, len(entries))
@@ -68,20 +54,28 @@ func (r *Reclaimer) lookup(id uint64, entries []segment.DirEntry) (lookupResult,
 		}
 		byExt[x] = append(byExt[x], e)
 	}
+	// Key 0 is the counter, key i+1 the pointer of order[i].
+	keys := make([][]byte, 0, 1+len(order))
+	keys = append(keys, schema.CounterKey(id))
 	for _, x := range order {
-		k := schema.ExtentKey(x.ino, x.idx)
-		if !it.SeekGE(k) || !bytes.Equal(it.Key(), k) {
-			if err := it.Error(); err != nil {
-				return res, err
+		keys = append(keys, schema.ExtentKey(x.ino, x.idx))
+	}
+	err := r.host.MetaGetAll(keys, func(i int, v []byte) error {
+		if i == 0 {
+			live, _, _, err := decodeCounter(v)
+			if err != nil {
+				return err
 			}
-			continue
+			res.counterFound, res.counterLive = true, live
+			return nil
 		}
-		p, err := segment.UnmarshalPointer(it.Value())
+		x := order[i-1]
+		p, err := segment.UnmarshalPointer(v)
 		if err != nil {
-			return res, fmt.Errorf("extent %d/%d: %w", x.ino, x.idx, err)
+			return fmt.Errorf("extent %d/%d: %w", x.ino, x.idx, err)
 		}
 		if p.Segment != id {
-			continue
+			return nil
 		}
 		res.refs++
 		res.refBytes += int64(p.Length)
@@ -91,6 +85,7 @@ func (r *Reclaimer) lookup(id uint64, entries []segment.DirEntry) (lookupResult,
 				break
 			}
 		}
-	}
-	return res, it.Error()
+		return nil
+	})
+	return res, err
 }

@@ -40,9 +40,10 @@ var (
 	errNotStarted = errors.New("reclamation has not started yet (the writer is still mounting); retry in a moment")
 )
 
-// startBackground starts reclamation for a writer; trig is the fs.Events
-// the engine was opened with.
-func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.Keys, trig *reclaim.Triggers, log *slog.Logger) (*background, error) {
+// startBackground starts reclamation for a writer, the tombstone cleaner
+// with it; trig is the fs.Events the engine was opened with, cs receives
+// the cleaner's figures.
+func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.Keys, trig *reclaim.Triggers, cs *reclaim.CleanerStats, log *slog.Logger) (*background, error) {
 	// The test build's EBBFS_TEST_TIME_SCALE speeds up reclamation time;
 	// a production build ignores it with a warning.
 	clk, err := clock.FromEnv(clock.Real{}, log)
@@ -58,6 +59,8 @@ func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.
 		MaxConcurrentRepacks: c.Reclaim.MaxConcurrentRepacks,
 		Logger:               log,
 		Clock:                clk,
+		CleanerStats:         cs,
+		CleanerDelay:         testCleanerDelay(log),
 	})
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 // warns about it).
 const testCleanerDelayEnv = "EBBFS_TEST_CLEANER_DELAY"
 
-// testCleanerDelay returns fs.Options.CleanerDelay for this build.
+// testCleanerDelay returns reclaim.Options.CleanerDelay for this build.
 func testCleanerDelay(log *slog.Logger) time.Duration {
 	v := os.Getenv(testCleanerDelayEnv)
 	if v == "" || !clock.TestClockBuild {

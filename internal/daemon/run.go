@@ -193,7 +193,7 @@ func open(ctx context.Context, o Options) (_ *process, retErr error) {
 		pin = rec.ManifestSeq
 		log.Info("serving a checkpoint", "name", rec.Name, "kind", rec.Kind, "manifest", pin)
 	}
-	fsStats := fs.NewStats()
+	fsStats, cleanerStats := fs.NewStats(), reclaim.NewCleanerStats()
 	triggers := &reclaim.Triggers{}
 	e, err := fs.Open(ctx, engineOptions(o, st, k, pin, fsStats, triggers))
 	if err != nil {
@@ -203,7 +203,7 @@ func open(ctx context.Context, o Options) (_ *process, retErr error) {
 		return nil, fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
 	}
 	p := &process{c: c, e: e, k: k, st: st, mp: mp, version: o.Version, started: time.Now(), triggers: triggers}
-	p.src = &telemetry.Source{Engine: e, Store: st, Count: counting, Timed: timed, FS: fsStats,
+	p.src = &telemetry.Source{Engine: e, Store: st, Count: counting, Timed: timed, FS: fsStats, Cleaner: cleanerStats,
 		FUSEOps: stats.NewOps(fuse.FUSEOps...), NBDOps: stats.NewOps(nbdOps...),
 		Checkpoint: o.Checkpoint, Version: o.Version, StoreURL: c.Storage.URL, Mountpoint: mp,
 		StartedAt: p.started, NBDAddrs: p.nbdAddrs, Reclaim: p.reclamation}
@@ -212,7 +212,7 @@ func open(ctx context.Context, o Options) (_ *process, retErr error) {
 	}
 	p.sampler = telemetry.NewSampler(p.src)
 	p.cleanup.push(p.sampler.Close)
-	p.history = telemetry.NewHistory(fsStats, nil)
+	p.history = telemetry.NewHistory(cleanerStats, nil)
 	return p, nil
 }
 
@@ -240,7 +240,6 @@ func engineOptions(o Options, st objstore.Store, k *keys.Keys, pin uint64, fsSta
 		Clock:            clock.Real{},
 		Events:           events,
 		Stats:            fsStats,
-		CleanerDelay:     testCleanerDelay(log),
 		JournalRetention: testJournalRetention(log),
 		ManifestInterval: testManifestInterval(log),
 		DeferBackground:  true,
@@ -321,7 +320,7 @@ func (p *process) startBackground(o Options) error {
 		p.cleanup.push(w.Close)
 	}
 	if !o.ReadOnly {
-		bg, err := startBackground(p.c, p.e, p.st, p.k, p.triggers, log)
+		bg, err := startBackground(p.c, p.e, p.st, p.k, p.triggers, p.src.Cleaner, log)
 		if err != nil {
 			return err
 		}

@@ -26,7 +26,7 @@ func sampleState(at time.Time, readBytes, reqs uint64) *telemetry.State {
 		At: at, Role: telemetry.RoleWriter, Version: "v1", Store: "file:///s", Mountpoint: "/mnt",
 		FUSE:          map[string]stats.OpSnapshot{"read": {Count: readBytes / 4096, Bytes: readBytes}},
 		StoreRequests: objstore.Counts{Get: int64(reqs)},
-		Engine:        fs.StatsSnapshot{Barriers: 3, TombstonesCreated: 1},
+		Engine:        telemetry.EngineStats{StatsSnapshot: fs.StatsSnapshot{Barriers: 3, TombstonesCreated: 1}},
 		Space: &telemetry.SpaceReply{SpaceReport: reclaim.SpaceReport{LiveBytes: 1 << 20, SegmentBytes: 3 << 20, DeadBytes: 2 << 20,
 			AwaitingBytes: 2 << 20, AwaitingSegments: 1, DeadSegments: 1, TombstonesPending: 1, TombstoneBytes: 2 << 20,
 			EarliestDeadline: at.Add(5 * time.Second)}},

@@ -4,9 +4,9 @@ import (
 	"sync"
 	"time"
 
-	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/worker"
+	"ebbfs.dev/ebbfs/reclaim"
 )
 
 // HistoryBucket is the width of one point of the tombstone-cleanup chart,
@@ -44,7 +44,7 @@ type HistoryReply struct {
 // samples the cumulative counters at every bucket boundary (a worker on
 // the injected clock); the bucket in progress is computed at request time.
 type History struct {
-	stats *fs.Stats
+	stats *reclaim.CleanerStats
 	clk   clock.Clock
 	w     *worker.Worker // nil until Start
 
@@ -52,12 +52,12 @@ type History struct {
 		sync.Mutex
 		points []TombPoint // finished buckets, oldest first
 		start  time.Time   // start of the bucket in progress
-		base   fs.StatsSnapshot
+		base   reclaim.CleanerSnapshot
 	}
 }
 
 // NewHistory returns the history of s on clk (nil: the real clock).
-func NewHistory(s *fs.Stats, clk clock.Clock) *History {
+func NewHistory(s *reclaim.CleanerStats, clk clock.Clock) *History {
 	if clk == nil {
 		clk = clock.Real{}
 	}
@@ -103,7 +103,7 @@ func (h *History) roll(at time.Time) {
 	h.mu.start, h.mu.base = at, cur
 }
 
-func (h *History) pointLocked(cur fs.StatsSnapshot) TombPoint {
+func (h *History) pointLocked(cur reclaim.CleanerSnapshot) TombPoint {
 	return TombPoint{T: h.mu.start.UnixMilli(), Tombstones: cur.TombstonesProcessed - h.mu.base.TombstonesProcessed,
 		Extents: cur.ExtentsCleaned - h.mu.base.ExtentsCleaned}
 }

@@ -221,13 +221,13 @@ func (c *Collector) collectStore(ch chan<- prometheus.Metric) {
 // FUSE and NBD operations.
 func (c *Collector) collectEngine(ch chan<- prometheus.Metric) {
 	p := c.src
-	es := p.FS.Snapshot()
+	es, cs := p.FS.Snapshot(), p.Cleaner.Snapshot()
 	if !p.Engine.ReadOnly() {
 		counter(ch, c.tombCreated, float64(es.TombstonesCreated))
-		counter(ch, c.tombProcessed, float64(es.TombstonesProcessed))
-		counter(ch, c.cleanerExtents, float64(es.ExtentsCleaned))
-		counter(ch, c.cleanerBytes, float64(es.BytesCleaned))
-		counter(ch, c.cleanerBatches, float64(es.CleanerBatches))
+		counter(ch, c.tombProcessed, float64(cs.TombstonesProcessed))
+		counter(ch, c.cleanerExtents, float64(cs.ExtentsCleaned))
+		counter(ch, c.cleanerBytes, float64(cs.BytesCleaned))
+		counter(ch, c.cleanerBatches, float64(cs.CleanerBatches))
 		histogram(ch, c.barrierDuration, es.BarrierLatency)
 		counter(ch, c.barrierFailures, float64(es.BarrierFailures))
 		gauge(ch, c.dirty, float64(p.Engine.DirtyBytes()))

@@ -63,7 +63,7 @@ type State struct {
 	SpaceError string      `json:"space_error,omitempty"`
 	SpaceAt    time.Time   `json:"space_at,omitzero"`
 
-	Engine      fs.StatsSnapshot    `json:"engine"`
+	Engine      EngineStats         `json:"engine"`
 	DirtyBytes  int64               `json:"dirty_bytes"`
 	Cache       segread.ReaderStats `json:"cache"`
 	MemoryRSS   int64               `json:"memory_rss"`
@@ -101,13 +101,14 @@ const (
 type Source struct {
 	Engine     *fs.Engine
 	Store      objstore.Store
-	Count      *objstore.Counting // nil: requests are not counted
-	Timed      *objstore.Timed    // nil: latencies are not recorded
-	FS         *fs.Stats          // cleaner and barriers
-	FUSEOps    *stats.Ops         // FUSE requests by operation
-	NBDOps     *stats.Ops         // NBD commands
-	Lag        *ReplicaLag        // readers that follow: distance from the writer
-	Checkpoint string             // the checkpoint a checkpoint reader serves
+	Count      *objstore.Counting    // nil: requests are not counted
+	Timed      *objstore.Timed       // nil: latencies are not recorded
+	FS         *fs.Stats             // tombstones written and barriers
+	Cleaner    *reclaim.CleanerStats // the tombstone cleaner
+	FUSEOps    *stats.Ops            // FUSE requests by operation
+	NBDOps     *stats.Ops            // NBD commands
+	Lag        *ReplicaLag           // readers that follow: distance from the writer
+	Checkpoint string                // the checkpoint a checkpoint reader serves
 	Version    string
 	StoreURL   string
 	Mountpoint string
@@ -244,8 +245,14 @@ func (s *Sampler) space(ctx context.Context, r *reclaim.Reclaimer, gc *reclaim.M
 // reader right after a cycle sees what it did.
 func (s *Sampler) spaceGeneration(r *reclaim.Reclaimer) uint64 {
 	_, cycles := r.LastCycle()
-	es := s.src.FS.Snapshot()
-	return uint64(cycles) + es.CleanerBatches + es.TombstonesCreated
+	return uint64(cycles) + s.src.Cleaner.Snapshot().CleanerBatches + s.src.FS.Snapshot().TombstonesCreated
+}
+
+// EngineStats is the engine's figures and the tombstone cleaner's, as
+// one JSON object.
+type EngineStats struct {
+	fs.StatsSnapshot
+	reclaim.CleanerSnapshot
 }
 
 // State builds a State.
@@ -264,7 +271,7 @@ func (s *Sampler) State(ctx context.Context) State {
 		FUSE:        used(p.FUSEOps.Snapshot()),
 		NBDOps:      used(p.NBDOps.Snapshot()),
 		StoreOps:    map[string]stats.OpSnapshot{},
-		Engine:      p.FS.Snapshot(),
+		Engine:      EngineStats{p.FS.Snapshot(), p.Cleaner.Snapshot()},
 		DirtyBytes:  p.Engine.DirtyBytes(),
 		Cache:       p.Engine.Reader().Stats(),
 		MemoryRSS:   rss(),

@@ -16,6 +16,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/stats"
 	"ebbfs.dev/ebbfs/objstore"
+	"ebbfs.dev/ebbfs/reclaim"
 )
 
 // newSource opens a writer on an in-memory store, with the recorders the
@@ -211,7 +212,7 @@ func TestSamplerCloseEndsFetches(t *testing.T) {
 func TestHistoryBucketsOnTheInjectedClock(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 12, 0, 3, 0, time.UTC)
 	clk := clock.NewFake(t0)
-	h := NewHistory(fs.NewStats(), clk)
+	h := NewHistory(reclaim.NewCleanerStats(), clk)
 	h.Start()
 	for i := 1; i <= 3; i++ {
 		deadline := time.Now().Add(10 * time.Second)
@@ -240,5 +241,5 @@ func TestHistoryBucketsOnTheInjectedClock(t *testing.T) {
 			t.Errorf("point %d at %d, want %d", i, p.T, want)
 		}
 	}
-	NewHistory(fs.NewStats(), nil).Close() // never started: returns at once
+	NewHistory(reclaim.NewCleanerStats(), nil).Close() // never started: returns at once
 }
