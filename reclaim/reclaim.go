@@ -1,9 +1,8 @@
-// Package reclaim is stage 2 and the orphan sweep of ebbfs space
-// reclamation (DESIGN sections 7 and 8): the segment reclamation cycle
-// (dead-segment deletion and repack), the daily orphan sweep, and the
-// scheduler that runs both on one worker goroutine; stage 1, the tombstone
-// cleaner, on a worker of its own (cleaner.go); stage 3 (metadata objects)
-// in metagc*.go.
+// Package reclaim is all of ebbfs space reclamation (DESIGN sections 7
+// and 8): stage 1, the tombstone cleaner, on a worker of its own
+// (cleaner.go); stage 2, the segment reclamation cycle (dead-segment
+// deletion and repack), and the daily orphan sweep, with the scheduler that
+// runs both on one worker; stage 3, metadata objects, in metagc*.go.
 //
 // The package talks to the filesystem engine only through Host, so it does
 // not import fs. Time comes from an injected clock; deadlines are on

@@ -102,9 +102,8 @@ func listenUnixSocket(p string, mode os.FileMode) (net.Listener, error) {
 }
 
 // goHeadroom is what the Go memory limit allows beyond the plaintext
-// cache. At 384 MiB the writer's peak RSS reached 793-808 MiB with a
-// 256 MiB cache in mountbench (random overwrites, then 1 GiB written);
-// at 320 MiB its writes ran as fast and it peaked 66 MiB lower. The
+// cache: as fast as a larger headroom, and a lower peak RSS
+// (bench/README.md, "Figures behind the code's constants"). The
 // buffers segments are built in are outside the Go heap now (at most
 // 144 MiB, fs.segBufsMax), but the limit is not lowered by them: the
 // dirty data and repack's jobs (each up to 128 MiB) still need the

@@ -7,7 +7,7 @@ package failpoint
 const Enabled = false
 
 // Env names the environment variable that arms a failpoint in a test
-// build; a production build ignores it (cmd/ebbfs logs a warning).
+// build; a production build ignores it (the daemon logs a warning).
 const Env = "EBBFS_FAILPOINT"
 
 // Arm does nothing in a production build.

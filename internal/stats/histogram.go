@@ -1,7 +1,7 @@
 // Package stats holds the small lock-free instruments the lower layers
 // record into (latency histograms, per-operation tallies) without
-// importing a metrics library. cmd/ebbfs turns them into Prometheus series
-// and the monitor's JSON at read time.
+// importing a metrics library. internal/telemetry turns them into
+// Prometheus series and the monitor's JSON at read time.
 package stats
 
 import (
