@@ -114,6 +114,7 @@ func (w *detachedWriter) umountAndWait() {
 // TestMountTypeFuseEbbfs: mount -t fuse.ebbfs CONFIG MOUNTPOINT, then an
 // fstab line, then the helper called directly; umount stops each cleanly.
 func TestMountTypeFuseEbbfs(t *testing.T) {
+	t.Parallel()
 	need(t, "mount", "umount")
 	e := newEnv(t)
 	e.init()
@@ -165,6 +166,7 @@ func TestMountTypeFuseEbbfs(t *testing.T) {
 // TestMountHelperReportsFailure: when the writer cannot start, the helper
 // fails with the writer's own message instead of hanging.
 func TestMountHelperReportsFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	if err := os.WriteFile(filepath.Join(e.dir, "password"), []byte("the wrong password\n"), 0o600); err != nil {

@@ -346,6 +346,7 @@ func TestDelete800MiBReclaimed(t *testing.T) {
 // holds at most 1.25 x 256 MiB, and the content equals the model, through
 // the mount and after a restart on an empty cache directory.
 func TestRandomOverwritesSettle(t *testing.T) {
+	t.Parallel()
 	seed := e2eSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	src := newDataSource(seed)
@@ -439,6 +440,7 @@ func TestRandomOverwritesSettle(t *testing.T) {
 // `ebbfs space` names the checkpoint); deleting the checkpoint lets the
 // space come back.
 func TestPersistentCheckpointHoldsSpace(t *testing.T) {
+	t.Parallel()
 	seed := e2eSeed(t)
 	src := newDataSource(seed)
 	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=200"))

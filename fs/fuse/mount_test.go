@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,12 +9,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/mountinfo"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"golang.org/x/sys/unix"
 )
@@ -44,29 +43,11 @@ func requireFUSE(t *testing.T) {
 	t.Skipf("FUSE unavailable: missing %s", strings.Join(missing, ", "))
 }
 
-// syncBuffer collects log output from the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // mounted is a live test mount.
 type mounted struct {
 	dir  string
 	e    *ebbfs.Engine
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 	f    *fsys
 }
 
@@ -119,7 +100,7 @@ func mountWith(t *testing.T, adjust func(*MountOptions)) *mounted {
 			t.Fatal(err)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o := DefaultMountOptions()
 	o.AllowOther = os.Geteuid() == 0
