@@ -75,3 +75,20 @@ func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
+
+func TestRandBytesRepeats(t *testing.T) {
+	a, b, c := RandBytes(7, 100), RandBytes(7, 100), RandBytes(8, 100)
+	if string(a) != string(b) {
+		t.Fatal("same seed, different bytes")
+	}
+	if string(a) == string(c) {
+		t.Fatal("different seeds, same bytes")
+	}
+}
+
+func TestFastKDFIsCheap(t *testing.T) {
+	p := FastKDF()
+	if p.Time != 1 || p.MemoryKiB != 64 || p.Threads != 1 {
+		t.Fatalf("FastKDF = %+v, want time 1, 64 KiB, 1 thread", p)
+	}
+}
