@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 func randBytes(t testing.TB, n int) []byte {
@@ -386,13 +388,7 @@ func TestSigtermWithBusyMount(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for isMounted(e.mnt) {
-		if time.Now().After(deadline) {
-			t.Fatal("mount not detached after SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, time.Minute, "the mount detached after SIGTERM", func() bool { return !isMounted(e.mnt) })
 	time.Sleep(300 * time.Millisecond)
 	if p.exited() {
 		t.Fatalf("writer exited (%d) while a file was still open:\n%s", p.code, p.out.String())

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // sbinHelper is where mount(8) looks for the fuse.ebbfs helper.
@@ -95,13 +96,7 @@ func (w *detachedWriter) umountAndWait() {
 	if r := w.e.run("umount", w.e.mnt); r.code != 0 {
 		w.e.t.Fatalf("umount: %s", r)
 	}
-	deadline := time.Now().Add(exitTimeout)
-	for w.alive() {
-		if time.Now().After(deadline) {
-			w.e.t.Fatalf("writer pid %d still running %s after umount", w.pid, exitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(w.e.t, exitTimeout, fmt.Sprintf("writer pid %d to exit after umount", w.pid), func() bool { return !w.alive() })
 	log, err := os.ReadFile(filepath.Join(w.e.cache, "ebbfs.log"))
 	if err != nil {
 		w.e.t.Fatal(err)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 const (
@@ -472,12 +474,12 @@ func TestPersistentCheckpointHoldsSpace(t *testing.T) {
 	e.mustEbbfs("flush")
 	// The tombstone cleaner debits the large files' counters on its own
 	// schedule (it sleeps 10 s, on the scaled clock, when idle).
-	deadline := time.Now().Add(time.Minute)
-	for sp := e.space(); sp.TombstonesPending != 0 || sp.LiveBytes > int64(len(kept))*2; sp = e.space() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the deleted files are still counted live after a minute: %+v", sp)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var sp spaceStats
+	if !testutil.Until(2*time.Minute, func() bool {
+		sp = e.space()
+		return sp.TombstonesPending == 0 && sp.LiveBytes <= int64(len(kept))*2
+	}) {
+		t.Fatalf("the deleted files are still counted live after 2 minutes: %+v", sp)
 	}
 	// Several manual cycles and, in between, ~1000 s of scaled time: the
 	// scheduled retries (every 60 s) run too.
@@ -491,7 +493,7 @@ func TestPersistentCheckpointHoldsSpace(t *testing.T) {
 			t.Fatalf("segments/ fell from %d to %d bytes (%d objects) while checkpoint keep pins them", before, got, n)
 		}
 	}
-	sp := e.space()
+	sp = e.space()
 	if sp.Pinned["keep"] < doomed {
 		t.Fatalf("space --json: checkpoint keep pins %d bytes, want at least the %d deleted: %+v", sp.Pinned["keep"], doomed, sp)
 	}
