@@ -503,10 +503,7 @@ func (e *env) forceUnmount() {
 }
 
 // mountType returns the mountinfo fstype of mountpoint p, or "".
-func mountType(p string) string {
-	m, _, _ := mountinfo.Find(p)
-	return m.FSType
-}
+func mountType(p string) string { return testutil.MountType(p) }
 
 func isMounted(p string) bool { return mountType(p) == "fuse.ebbfs" }
 

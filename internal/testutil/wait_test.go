@@ -92,3 +92,14 @@ func TestFastKDFIsCheap(t *testing.T) {
 		t.Fatalf("FastKDF = %+v, want time 1, 64 KiB, 1 thread", p)
 	}
 }
+
+func TestMountType(t *testing.T) {
+	if got := MountType("/proc"); got != "proc" {
+		t.Fatalf("MountType(/proc) = %q, want proc", got)
+	}
+	dir := t.TempDir()
+	if got := MountType(dir); got != "" {
+		t.Fatalf("MountType of a plain directory = %q, want none", got)
+	}
+	WaitMountTable(t, dir, false, time.Second)
+}
