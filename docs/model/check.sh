@@ -42,55 +42,35 @@ trap 'rm -rf "$work"' EXIT
 # against 15) and searches about half as fast: the quick instances' small
 # state spaces gain, the full ones' lose.
 case "$size" in
-full)
-	OPT=-O2
-	CRASH="-DOPS=2 -DCRASHES=2" CRASH_B="2 writes/deletes, 2 crashes at any step"
-	ZOMBIE="-DOPS=1" ZOMBIE_B="1 write/delete"
-	READER="-DOPS=2" READER_B="2 writes/deletes"
-	CKPT="-DOPS=2" CKPT_B="2 writes/deletes"
-	STALL="-DOPS=2" STALL_B="2 writes/deletes"
-	LIVE="-DOPS=1" LIVE_B="1 write/delete"
-	FAULT="-DOPS=2" FAULT_B="2 writes/deletes"
-	READER2="$READER" FAULT2="$FAULT"
-	;;
-quick)
-	OPT=-O0
-	CRASH="-DOPS=1 -DCRASHES=1" CRASH_B="1 write/delete, 1 crash at any step"
-	ZOMBIE="-DOPS=1" ZOMBIE_B="1 write/delete"
-	READER="-DOPS=1" READER_B="1 write/delete"
-	CKPT="-DOPS=1" CKPT_B="1 write/delete"
-	STALL="-DOPS=1" STALL_B="1 write/delete"
-	LIVE="-DOPS=1" LIVE_B="1 write/delete"
-	FAULT="-DOPS=1" FAULT_B="1 write/delete"
-	# Two counterexamples need a second write/delete: these runs keep the
-	# full bounds (the search stops at the first counterexample).
-	READER2="-DOPS=2" FAULT2="-DOPS=2"
-	;;
+full) OPT=-O2 ops=2 crashes=2 ops_b="2 writes/deletes" crashes_b="2 crashes" ;;
+quick) OPT=-O0 ops=1 crashes=1 ops_b="1 write/delete" crashes_b="1 crash" ;;
 *)
 	echo "model: MODEL_SIZE=$size: want quick or full" >&2
 	exit 2
 	;;
 esac
-CRASH="$CRASH -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN"
-ZOMBIE="$ZOMBIE -DCRASHES=0 -DZOMBIES=1 -DFAULTS=0 -DNOREPLICA -DNOADMIN"
-READER="$READER -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN"
-READER2="$READER2 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN"
-CKPT="$CKPT -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA"
-STALL="$STALL -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DSTALLS"
-LIVE="$LIVE -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DLIVENESS"
-FAULT="$FAULT -DCRASHES=1 -DZOMBIES=0 -DFAULTS=1 -DNOREPLICA -DNOADMIN"
-FAULT2="$FAULT2 -DCRASHES=1 -DZOMBIES=0 -DFAULTS=1 -DNOREPLICA -DNOADMIN"
+CRASH="-DOPS=$ops -DCRASHES=$crashes -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN"
+ZOMBIE="-DOPS=1 -DCRASHES=0 -DZOMBIES=1 -DFAULTS=0 -DNOREPLICA -DNOADMIN"
+READER="-DOPS=$ops -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN"
+CKPT="-DOPS=$ops -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA"
+STALL="-DOPS=$ops -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DSTALLS"
+LIVE="-DOPS=1 -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DLIVENESS"
+FAULT="-DOPS=$ops -DCRASHES=1 -DZOMBIES=0 -DFAULTS=1 -DNOREPLICA -DNOADMIN"
+# Two counterexamples need a second write/delete: these runs keep it at
+# both sizes (the search stops at the first counterexample).
+READER2="${READER/-DOPS=$ops/-DOPS=2}"
+FAULT2="${FAULT/-DOPS=$ops/-DOPS=2}"
 
 # kind|name|expect|spin defines|gcc flags|pan flags|bounds
 S="2 files, 4 segment ids"
 runs=(
-	"main|crash|pass|$CRASH|-DSAFETY||$S, $CRASH_B"
-	"main|zombie|pass|$ZOMBIE|-DSAFETY||$S, $ZOMBIE_B, 1 takeover with a zombie writer"
-	"main|reader|pass|$READER|-DSAFETY||$S, $READER_B, 1 replica (reads within 2 ticks), writer reads"
-	"main|checkpoint|pass|$CKPT|-DSAFETY||$S, $CKPT_B, 1 persistent checkpoint created and deleted"
-	"main|stall|pass|$STALL|-DSAFETY||$S, $STALL_B, 1 crash, 1 journal stall of any length"
-	"main|liveness|pass|$LIVE|-DNFAIR=3|-a -f|$S, $LIVE_B, 1 crash; weak fairness"
-	"main|faults|pass|$FAULT|-DSAFETY||$S, $FAULT_B, 1 crash, 1 counter under-count"
+	"main|crash|pass|$CRASH|-DSAFETY||$S, $ops_b, $crashes_b at any step"
+	"main|zombie|pass|$ZOMBIE|-DSAFETY||$S, 1 write/delete, 1 takeover with a zombie writer"
+	"main|reader|pass|$READER|-DSAFETY||$S, $ops_b, 1 replica (reads within 2 ticks), writer reads"
+	"main|checkpoint|pass|$CKPT|-DSAFETY||$S, $ops_b, 1 persistent checkpoint created and deleted"
+	"main|stall|pass|$STALL|-DSAFETY||$S, $ops_b, 1 crash, 1 journal stall of any length"
+	"main|liveness|pass|$LIVE|-DNFAIR=3|-a -f|$S, 1 write/delete, 1 crash; weak fairness"
+	"main|faults|pass|$FAULT|-DSAFETY||$S, $ops_b, 1 crash, 1 counter under-count"
 	"mutant|counter-before-delete|fail|$CRASH -DMUTANT_COUNTER_BEFORE_DELETE|-DSAFETY||crash configuration"
 	"mutant|repoint-before-upload|fail|$CRASH -DMUTANT_REPOINT_BEFORE_UPLOAD|-DSAFETY||crash configuration"
 	"mutant|drain-same-cycle|fail|$CRASH -DMUTANT_DRAIN_SAME_CYCLE|-DSAFETY||crash configuration"
