@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -382,17 +383,6 @@ func TestExpiredAndPrune(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func TestRenewerRenewsRepinsAndRemoves(t *testing.T) {
 	ctx := context.Background()
 	s := objstore.NewMem()
@@ -415,7 +405,7 @@ func TestRenewerRenewsRepinsAndRemoves(t *testing.T) {
 	// One renewal per TTL/3: expire moves, create stays.
 	for i := 1; i <= 3; i++ {
 		n := i
-		waitFor(t, "renewal", func() bool {
+		testutil.Eventually(t, time.Minute, "renewal", func() bool {
 			if r.Renewals() >= n {
 				return true
 			}
@@ -433,7 +423,7 @@ func TestRenewerRenewsRepinsAndRemoves(t *testing.T) {
 	seq = 9
 	mu.Unlock()
 	n := r.Renewals()
-	waitFor(t, "re-pin", func() bool {
+	testutil.Eventually(t, time.Minute, "re-pin", func() bool {
 		if r.Renewals() > n {
 			return true
 		}
@@ -450,7 +440,7 @@ func TestRenewerRenewsRepinsAndRemoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	n = r.Renewals()
-	waitFor(t, "re-create", func() bool {
+	testutil.Eventually(t, time.Minute, "re-create", func() bool {
 		if r.Renewals() > n {
 			return true
 		}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand"
 	"strconv"
 	"syscall"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -25,11 +25,7 @@ const ext = segment.ExtentSize
 
 func init() {
 	if fs.KDFForTests == nil {
-		fs.KDFForTests = func() keys.KDFParams {
-			p := keys.DefaultKDF()
-			p.Time, p.MemoryKiB, p.Threads = 1, 64, 1
-			return p
-		}
+		fs.KDFForTests = testutil.FastKDF
 	}
 }
 
@@ -209,12 +205,6 @@ func (f *engFS) hasData(ino uint64, idx int64) bool {
 	return off == idx*ext
 }
 
-func randData(seed int64, n int64) []byte {
-	b := make([]byte, n)
-	rand.New(rand.NewSource(seed)).Read(b)
-	return b
-}
-
 func isZero(b []byte) bool { return len(bytes.TrimRight(b, "\x00")) == 0 }
 
 func diffAt(a, b []byte) string {
@@ -319,7 +309,7 @@ func TestEngineBackendExports(t *testing.T) {
 	// An unlinked export stays usable while open and is deleted at Close.
 	x = f.export("disk0")
 	d0, _ := f.e.Lookup(ctx, dir.Ino, "disk0")
-	data := randData(1, 3*ext)
+	data := testutil.RandBytes(1, 3*ext)
 	if err := x.WriteAt(ctx, data, 1000); err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +381,7 @@ func TestEngineBackendReadWrite(t *testing.T) {
 	// Backend writes, engine reads, before and after a barrier.
 	want := make([]byte, size)
 	for i, w := range []struct{ off, n int64 }{{0, 100}, {ext - 10, 20}, {2*ext + 7, 2*ext + 3}, {size - 500, 500}} {
-		d := randData(int64(10+i), w.n)
+		d := testutil.RandBytes(int64(10+i), int(w.n))
 		if err := x.WriteAt(ctx, d, w.off); err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +394,7 @@ func TestEngineBackendReadWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Engine writes, backend reads.
-	d := randData(20, 3*ext)
+	d := testutil.RandBytes(20, 3*ext)
 	if _, err := f.e.Write(ctx, ino, d, ext/2); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +487,7 @@ func TestEngineBackendTrimZero(t *testing.T) {
 	// Frame bytes of one incompressible extent.
 	probe := f.mkExport("probe", 8*ext)
 	before := f.live()
-	if _, err := f.e.Write(ctx, probe, randData(99, 8*ext), 0); err != nil {
+	if _, err := f.e.Write(ctx, probe, testutil.RandBytes(99, 8*ext), 0); err != nil {
 		t.Fatal(err)
 	}
 	f.barrier()
@@ -520,7 +510,7 @@ func TestEngineBackendTrimZero(t *testing.T) {
 				name := fmt.Sprintf("%s-%s", c.name, op.name)
 				ino := f.mkExport(name, c.size)
 				x := f.export(name)
-				want := randData(int64(ci), c.size)
+				want := testutil.RandBytes(int64(ci), int(c.size))
 				if err := x.WriteAt(ctx, want, 0); err != nil {
 					t.Fatal(err)
 				}
@@ -625,7 +615,7 @@ func TestEngineBackendZeroDirty(t *testing.T) {
 		name := "dirty-" + op.name
 		ino := f.mkExport(name, 4*ext)
 		x := f.export(name)
-		want := randData(7, 4*ext)
+		want := testutil.RandBytes(7, 4*ext)
 		if err := x.WriteAt(ctx, want, 0); err != nil {
 			t.Fatal(err)
 		}
@@ -649,7 +639,7 @@ func TestEngineBackendZeroDirty(t *testing.T) {
 	ino := f.mkExport("sparse", big)
 	x := f.export("sparse")
 	for _, off := range []int64{0, 300<<20 + 5, big - 100} {
-		if err := x.WriteAt(ctx, randData(off, 100), off); err != nil {
+		if err := x.WriteAt(ctx, testutil.RandBytes(off, 100), off); err != nil {
 			t.Fatal(err)
 		}
 	}

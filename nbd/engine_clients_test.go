@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // These tests serve an ebbfs engine over TCP and a unix socket and drive
@@ -355,14 +356,14 @@ func TestEngineMultiConnDurable(t *testing.T) {
 		}
 	}
 
-	write(c1, 0, 0, randData(1, 100<<10))
-	write(c1, 0, 300<<10+7, randData(2, 5000))
+	write(c1, 0, 0, testutil.RandBytes(1, 100<<10))
+	write(c1, 0, 300<<10+7, testutil.RandBytes(2, 5000))
 	if errno, _ := c2.cmd(cmdFlush, 0, 0, 0, nil); errno != 0 {
 		t.Fatalf("FLUSH: %s", errnoName(errno))
 	}
 	replicaHas("after a FLUSH on the other connection")
 
-	write(c2, cmdFlagFUA, 600<<10, randData(3, 64<<10))
+	write(c2, cmdFlagFUA, 600<<10, testutil.RandBytes(3, 64<<10))
 	replicaHas("after WRITE+FUA")
 
 	for _, z := range []struct {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"ebbfs.dev/ebbfs/internal/s3test"
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // The cache disk returning EIO. The writer's cache directory is on an ext4
@@ -249,7 +250,7 @@ func cacheDiskEIO(t *testing.T, e *env, fail func()) {
 	t.Logf("the cache disk fails every I/O from now on")
 
 	var status string
-	d := waitUntil(t, 60*time.Second, "ebbfs status saying STOPPED", func() bool {
+	d := testutil.Eventually(t, 60*time.Second, "ebbfs status saying STOPPED", func() bool {
 		if w.exited() {
 			t.Fatalf("the writer exited after the cache disk failed:\n%s", tail(w.out.String(), 60))
 		}

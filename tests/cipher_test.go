@@ -27,6 +27,7 @@ import (
 // change by use, and a flipped byte in each frame reads as EIO, not as
 // other data.
 func TestCipherFormats(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		format int
@@ -215,6 +216,7 @@ func segmentFiles(t *testing.T, e *env) []string {
 // TestInitRefusesUnknownCipher: a cipher name ebbfs does not know is a
 // usage error that names the choices, and nothing is written.
 func TestInitRefusesUnknownCipher(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.ebbfs("init", "--cipher", "aes-128-ecb")
 	if r.code == 0 || !strings.Contains(r.stderr, "xaes-256-gcm") {
@@ -232,6 +234,7 @@ func TestInitRefusesUnknownCipher(t *testing.T) {
 // after the writer's restart is sealed in pieces, fsck finds it all
 // consistent, and a second upgrade has nothing to do.
 func TestUpgradeToPiecedFrames(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	writeOldDescriptor(t, e, 2, keys.CipherXAES256GCM)
 	before := randBytes(t, 1<<20)

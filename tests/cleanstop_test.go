@@ -15,6 +15,7 @@ import (
 // every file must be exactly as the model says, and no writer may log
 // that it lost a batch.
 func TestCleanStopsLoseNothing(t *testing.T) {
+	t.Parallel()
 	need(t, "umount")
 	e := newEnv(t)
 	e.init()

@@ -12,6 +12,7 @@ import (
 
 // TestChangePassword: the new password unlocks, the old one no longer does.
 func TestChangePassword(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()
@@ -52,6 +53,7 @@ func TestChangePassword(t *testing.T) {
 
 // TestConfigErrors: a bad config fails every command with the key named.
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	if r := e.mustEbbfs("config"); !strings.Contains(r.stdout, `flush_interval = "200ms"`) || !strings.Contains(r.stdout, "max_concurrent_repacks = 4") {
 		t.Fatalf("ebbfs config: %s", r)
@@ -83,6 +85,7 @@ func TestConfigErrors(t *testing.T) {
 
 // TestCheckpointsReclaimSpace: the admin-backed commands work end to end.
 func TestCheckpointsReclaimSpace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()
@@ -165,6 +168,7 @@ func TestCheckpointsReclaimSpace(t *testing.T) {
 // TestReadOnlyReader: run --read-only next to a live writer serves the
 // state as of its start and refuses writes with EROFS.
 func TestReadOnlyReader(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	w := e.mount()
@@ -205,6 +209,7 @@ func TestReadOnlyReader(t *testing.T) {
 // TestRunCheckpoint: run --checkpoint serves exactly the checkpoint's state
 // while the writer moves on, and refuses a missing checkpoint clearly.
 func TestRunCheckpoint(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	w := e.mount()
@@ -240,6 +245,7 @@ func TestRunCheckpoint(t *testing.T) {
 // TestSharedCacheDirRefused: a second process on a running one's cache
 // directory is refused before it can touch the first one's metadata.
 func TestSharedCacheDirRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	w := e.mount()

@@ -277,6 +277,7 @@ func workManyBarriers(r *crashRun) {
 // (EBBFS_CRASH_PARALLEL, default 4): each has its own directories, store
 // and ports.
 func TestCrashAtFailpoints(t *testing.T) {
+	t.Parallel()
 	if noRun != "" {
 		t.Skipf("end-to-end tests need: %s", noRun)
 	}
@@ -419,6 +420,7 @@ func waitMountedOrExit(p *proc) bool {
 // TestFailpointMatrixComplete: every failpoint in the source has a crash
 // case, and every case names a failpoint that exists.
 func TestFailpointMatrixComplete(t *testing.T) {
+	t.Parallel()
 	re := regexp.MustCompile(`failpoint\.Hit\("([^"]+)"\)`)
 	inSource := map[string]string{}
 	for _, dir := range []string{"fs", "reclaim", "lsm", "checkpoint", "segment", "objstore", "nbd", "cmd/ebbfs"} {

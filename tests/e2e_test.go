@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 func randBytes(t testing.TB, n int) []byte {
@@ -28,6 +30,7 @@ func randBytes(t testing.TB, n int) []byte {
 // TestBasicOps: init, run, ordinary file operations through the mount,
 // then SIGTERM exits 0 and unmounts.
 func TestBasicOps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	if r := e.ebbfs("init"); r.code == 0 || !strings.Contains(r.stderr, "already holds a filesystem") {
@@ -128,6 +131,7 @@ func TestBasicOps(t *testing.T) {
 // TestRestartPersistence: what was written survives a clean restart, and
 // fsck finds the store consistent.
 func TestRestartPersistence(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()
@@ -160,6 +164,7 @@ func TestRestartPersistence(t *testing.T) {
 // TestRecoverFromStoreAlone: fsynced data survives kill -9 plus the loss
 // of the local cache directory.
 func TestRecoverFromStoreAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()
@@ -206,6 +211,7 @@ func TestRecoverFromStoreAlone(t *testing.T) {
 // TestSecondWriterRefused: a second run against a live writer fails,
 // saying a writer holds the lease, and the first keeps working.
 func TestSecondWriterRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()
@@ -234,6 +240,7 @@ func TestSecondWriterRefused(t *testing.T) {
 
 // TestWrongPassword: exits non-zero naming the password and writes nothing.
 func TestWrongPassword(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()
@@ -289,6 +296,7 @@ func treeDiff(a, b map[string]string) string {
 
 // TestFlush: ebbfs flush succeeds against a writer, fails without one.
 func TestFlush(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	if r := e.ebbfs("flush"); r.code == 0 || !strings.Contains(r.stderr, "no ebbfs process is running") {
@@ -340,6 +348,7 @@ func TestFlush(t *testing.T) {
 // TestUmountStopsWriter: umount(8) makes the writer run its final barrier
 // and exit 0.
 func TestUmountStopsWriter(t *testing.T) {
+	t.Parallel()
 	need(t, "umount")
 	e := newEnv(t)
 	e.init()
@@ -365,6 +374,7 @@ func TestUmountStopsWriter(t *testing.T) {
 // lazily; the writer finishes (final barrier, exit 0) once the last open
 // file is closed, and what was written persists.
 func TestSigtermWithBusyMount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()
@@ -378,13 +388,7 @@ func TestSigtermWithBusyMount(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for isMounted(e.mnt) {
-		if time.Now().After(deadline) {
-			t.Fatal("mount not detached after SIGTERM")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, time.Minute, "the mount detached after SIGTERM", func() bool { return !isMounted(e.mnt) })
 	time.Sleep(300 * time.Millisecond)
 	if p.exited() {
 		t.Fatalf("writer exited (%d) while a file was still open:\n%s", p.code, p.out.String())

@@ -26,6 +26,7 @@ func getExtentSize(t *testing.T, path string) string {
 // EBUSY, /.nbd starts at 4 KiB, `cp -a` carries it, and it survives a
 // restart with fsck clean.
 func TestExtentSizeOnTheMount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()

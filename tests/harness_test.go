@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/mountinfo"
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 var (
@@ -333,29 +334,11 @@ func (e *env) init() {
 	}
 }
 
-// syncBuffer is a goroutine-safe output buffer.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a running "ebbfs run".
 type proc struct {
 	e    *env
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testutil.SyncBuffer
 	done chan struct{}
 	code int
 }
@@ -370,7 +353,7 @@ func (e *env) start(args ...string) *proc {
 func (e *env) startBin(bin string, args ...string) *proc {
 	e.t.Helper()
 	cmd := e.command(context.Background(), bin, append([]string{"run", "-c", e.cfg}, args...)...)
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -520,10 +503,7 @@ func (e *env) forceUnmount() {
 }
 
 // mountType returns the mountinfo fstype of mountpoint p, or "".
-func mountType(p string) string {
-	m, _, _ := mountinfo.Find(p)
-	return m.FSType
-}
+func mountType(p string) string { return testutil.MountType(p) }
 
 func isMounted(p string) bool { return mountType(p) == "fuse.ebbfs" }
 

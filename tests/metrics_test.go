@@ -15,6 +15,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // TestMetricsDocumentedAndTrue: after a known workload (files written and
@@ -24,6 +26,7 @@ import (
 // writer with the documented type and no undocumented ebbfs_ series, and
 // its counters match the workload.
 func TestMetricsDocumentedAndTrue(t *testing.T) {
+	t.Parallel()
 	seed := e2eSeed(t)
 	src := newDataSource(seed)
 	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=100"))
@@ -66,7 +69,7 @@ func TestMetricsDocumentedAndTrue(t *testing.T) {
 		}
 	}
 	// The cleaner, then the cycles (grace 60 s / 100) free both segments.
-	waitFor(t, time.Minute, "both large files reclaimed", func() bool {
+	testutil.Eventually(t, time.Minute, "both large files reclaimed", func() bool {
 		m := e.monitorState()
 		return m.Engine.TombstonesProcessed == 2 && m.ReclaimTotals != nil && m.ReclaimTotals.Deleted >= 2
 	})
@@ -156,6 +159,19 @@ func TestMetricsDocumentedAndTrue(t *testing.T) {
 		}
 		return sum
 	}
+	// The writer PUTs in the background (journals, manifests), and a
+	// request's count and its latency are two updates: one scrape may fall
+	// between them. Scrape again until they agree.
+	testutil.Eventually(t, time.Minute, "a /metrics scrape with as many PUT latencies as PUTs", func() bool {
+		if val("ebbfs_store_request_duration_seconds", "op", "put") == val("ebbfs_store_requests_total", "op", "put") {
+			return true
+		}
+		fams, err = parser.TextToMetricFamilies(bytes.NewReader(e.adminGet("/metrics")))
+		if err != nil {
+			t.Fatalf("the Prometheus text parser rejects /metrics: %v", err)
+		}
+		return false
+	})
 	extents := float64(2 * large / (32 * kib))
 	checks := []struct {
 		what      string
@@ -273,6 +289,7 @@ func grepLines(s, prefix, skip string) string {
 // TestGrafanaDashboardUsesDocumentedSeries: every ebbfs_ series the
 // dashboard in docs/ queries is documented in docs/METRICS.md.
 func TestGrafanaDashboardUsesDocumentedSeries(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../docs/grafana-dashboard.json")
 	if err != nil {
 		t.Fatal(err)

@@ -122,6 +122,7 @@ func (m *tmuxMonitor) quit() {
 // q exits with status 0. Then a read-only replica's monitor shows the
 // replica role and its lag behind the writer.
 func TestMonitorShowsReclamation(t *testing.T) {
+	t.Parallel()
 	needTool(t, "tmux")
 	seed := e2eSeed(t)
 	src := newDataSource(seed)

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // sbinHelper is where mount(8) looks for the fuse.ebbfs helper.
@@ -95,13 +96,7 @@ func (w *detachedWriter) umountAndWait() {
 	if r := w.e.run("umount", w.e.mnt); r.code != 0 {
 		w.e.t.Fatalf("umount: %s", r)
 	}
-	deadline := time.Now().Add(exitTimeout)
-	for w.alive() {
-		if time.Now().After(deadline) {
-			w.e.t.Fatalf("writer pid %d still running %s after umount", w.pid, exitTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(w.e.t, exitTimeout, fmt.Sprintf("writer pid %d to exit after umount", w.pid), func() bool { return !w.alive() })
 	log, err := os.ReadFile(filepath.Join(w.e.cache, "ebbfs.log"))
 	if err != nil {
 		w.e.t.Fatal(err)
@@ -114,6 +109,7 @@ func (w *detachedWriter) umountAndWait() {
 // TestMountTypeFuseEbbfs: mount -t fuse.ebbfs CONFIG MOUNTPOINT, then an
 // fstab line, then the helper called directly; umount stops each cleanly.
 func TestMountTypeFuseEbbfs(t *testing.T) {
+	t.Parallel()
 	need(t, "mount", "umount")
 	e := newEnv(t)
 	e.init()
@@ -165,6 +161,7 @@ func TestMountTypeFuseEbbfs(t *testing.T) {
 // TestMountHelperReportsFailure: when the writer cannot start, the helper
 // fails with the writer's own message instead of hanging.
 func TestMountHelperReportsFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	if err := os.WriteFile(filepath.Join(e.dir, "password"), []byte("the wrong password\n"), 0o600); err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // mountedAt reports whether anything is mounted at p.
@@ -27,7 +29,7 @@ func (e *env) startNBDFuse(t *testing.T, dir, uri string, size int64) (string, f
 		t.Fatal(err)
 	}
 	nf := e.command(t.Context(), "nbdfuse", dir, uri)
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	nf.Stdout, nf.Stderr = out, out
 	if err := nf.Start(); err != nil {
 		t.Fatal(err)

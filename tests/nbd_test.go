@@ -14,6 +14,7 @@ import (
 // is visible through the mount and survives a restart; real clients
 // (nbdinfo, nbdcopy, nbdfuse + mkfs.ext4 + e2fsck) work against it.
 func TestNBDExport(t *testing.T) {
+	t.Parallel()
 	need(t, "nbdinfo", "nbdcopy", "truncate")
 	e := newEnv(t)
 	e.init()

@@ -63,18 +63,6 @@ func (e *env) monitorState() monitorJSON {
 	return m
 }
 
-// waitFor polls cond every 100 ms until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // needTool is need for the tools of these tests: missing ones skip the
 // test, or fail it under CI=true.
 func needTool(t testing.TB, tool string) string {

@@ -34,6 +34,7 @@ const outageLength = 60 * time.Second
 // restart of the writer that recovers from the store alone (an empty
 // cache directory).
 func TestStoreOutage(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []string{"stop", "restart", "link"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
@@ -243,6 +244,7 @@ func testStoreOutage(t *testing.T, kind string) {
 // writer wrote after the partition is in the new writer's state, before or
 // after a restart of the new writer; everything fsynced before it is.
 func TestTakeOverPartitionedWriter(t *testing.T) {
+	t.Parallel()
 	if noRun != "" {
 		t.Skipf("end-to-end tests need: %s", noRun)
 	}

@@ -14,6 +14,7 @@ import (
 // succeeds and leaves the mount working, and one asking for a change fails
 // with a clear message and changes nothing.
 func TestMountSourceAndRemount(t *testing.T) {
+	t.Parallel()
 	need(t, "mount", "findmnt", "df")
 	e := newEnv(t)
 	e.init()
@@ -65,6 +66,7 @@ func TestMountSourceAndRemount(t *testing.T) {
 // accepted before is kept (fsync succeeds, and it survives kill -9 and
 // recovery from the store), and deleting data makes room again.
 func TestMaxSizeQuota(t *testing.T) {
+	t.Parallel()
 	const maxSize = 8 << 20
 	e := newEnv(t)
 	e.writeConfig("\n[filesystem]\nmax_size = \"8MiB\"\n")
@@ -154,6 +156,7 @@ func stBlocks(t *testing.T, p string) (int64, int64) {
 // reservation survives restarts, and under max_size an allocation larger
 // than the free space fails with ENOSPC (xfstests generic/213).
 func TestFallocateReserves(t *testing.T) {
+	t.Parallel()
 	const ext = 32 << 10 // extent size; 64 blocks of 512 bytes
 	e := newEnv(t)
 	e.writeConfig("\n[filesystem]\nmax_size = \"64MiB\"\n")

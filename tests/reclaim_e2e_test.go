@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 const (
@@ -346,6 +348,7 @@ func TestDelete800MiBReclaimed(t *testing.T) {
 // holds at most 1.25 x 256 MiB, and the content equals the model, through
 // the mount and after a restart on an empty cache directory.
 func TestRandomOverwritesSettle(t *testing.T) {
+	t.Parallel()
 	seed := e2eSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	src := newDataSource(seed)
@@ -439,6 +442,7 @@ func TestRandomOverwritesSettle(t *testing.T) {
 // `ebbfs space` names the checkpoint); deleting the checkpoint lets the
 // space come back.
 func TestPersistentCheckpointHoldsSpace(t *testing.T) {
+	t.Parallel()
 	seed := e2eSeed(t)
 	src := newDataSource(seed)
 	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=200"))
@@ -470,12 +474,12 @@ func TestPersistentCheckpointHoldsSpace(t *testing.T) {
 	e.mustEbbfs("flush")
 	// The tombstone cleaner debits the large files' counters on its own
 	// schedule (it sleeps 10 s, on the scaled clock, when idle).
-	deadline := time.Now().Add(time.Minute)
-	for sp := e.space(); sp.TombstonesPending != 0 || sp.LiveBytes > int64(len(kept))*2; sp = e.space() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the deleted files are still counted live after a minute: %+v", sp)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var sp spaceStats
+	if !testutil.Until(2*time.Minute, func() bool {
+		sp = e.space()
+		return sp.TombstonesPending == 0 && sp.LiveBytes <= int64(len(kept))*2
+	}) {
+		t.Fatalf("the deleted files are still counted live after 2 minutes: %+v", sp)
 	}
 	// Several manual cycles and, in between, ~1000 s of scaled time: the
 	// scheduled retries (every 60 s) run too.
@@ -489,7 +493,7 @@ func TestPersistentCheckpointHoldsSpace(t *testing.T) {
 			t.Fatalf("segments/ fell from %d to %d bytes (%d objects) while checkpoint keep pins them", before, got, n)
 		}
 	}
-	sp := e.space()
+	sp = e.space()
 	if sp.Pinned["keep"] < doomed {
 		t.Fatalf("space --json: checkpoint keep pins %d bytes, want at least the %d deleted: %+v", sp.Pinned["keep"], doomed, sp)
 	}

@@ -39,6 +39,7 @@ func segmentBytes(t *testing.T, store string) (int64, int) {
 // still live reads back intact (invariants 1 and 4). The reclamation clock
 // runs 200x faster (test build only), so the 60 s grace is 0.3 s here.
 func TestGarbageReclaimed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=200"))
 	e.init()
 	p := e.mount()

@@ -490,6 +490,7 @@ func (e *env) readerCheckpoints() []checkpointRecord {
 // TestTailHeld: the check of a torn read's last partial block accepts the
 // start of a real block of the file and nothing else.
 func TestTailHeld(t *testing.T) {
+	t.Parallel()
 	b := blocks(7, 3, 1, 42)
 	for _, n := range []int{1, 16, 20, 24, 100, blockSize - 1} {
 		if !tailHeld(7, 3, b[:n]) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/s3test"
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // netnsHost is a second "host": a network namespace joined to this one by
@@ -100,7 +101,7 @@ func (h *netnsHost) reaches(addr string) bool {
 func (e *env) startIn(h *netnsHost, args ...string) *proc {
 	e.t.Helper()
 	cmd := e.command(context.Background(), "nsenter", append([]string{"--net=/run/netns/" + h.name, ebbfsBin, "run", "-c", e.cfg}, args...)...)
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
@@ -164,7 +165,7 @@ func TestReplicaOnAnotherHostIdleRequests(t *testing.T) {
 	}
 	e.mustEbbfs("flush")
 	for _, r := range replicas {
-		d := waitUntil(t, 20*time.Second, "writer's files on replica "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
+		d := testutil.Eventually(t, 20*time.Second, "writer's files on replica "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
 		t.Logf("replica %s (own cache %s) shows the writer's files after %v", r.dir, r.cache, d.Round(time.Millisecond))
 	}
 	if recs := e.readerCheckpoints(); len(recs) != 3 {
@@ -227,7 +228,7 @@ func TestReplicaOnAnotherHostIdleRequests(t *testing.T) {
 	writeFile(t, e.path("f20.0"), blocks(20, 0, 7, 2))
 	fsyncFile(t, e.path("f20.0"))
 	for _, r := range replicas {
-		waitUntil(t, 20*time.Second, "a change after the idle window on "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
+		testutil.Eventually(t, 20*time.Second, "a change after the idle window on "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
 	}
 	fp.stop()
 	n1.stop()

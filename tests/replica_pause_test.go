@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/reclaim"
 )
 
@@ -42,7 +43,7 @@ func TestReplicaPauseAndKill(t *testing.T) {
 
 	r := e.sameStore()
 	rp := r.mount("--read-only")
-	waitUntil(t, 20*time.Second, "replica shows the writer's files", func() bool { return sameTrees(e.mnt, r.mnt) == "" })
+	testutil.Eventually(t, 20*time.Second, "replica shows the writer's files", func() bool { return sameTrees(e.mnt, r.mnt) == "" })
 	// (No descriptor on the replica's mount is held across the pause:
 	// every process this test starts meanwhile would close its copy at
 	// exec, which waits for the stopped daemon.)
@@ -128,7 +129,7 @@ func TestReplicaPauseAndKill(t *testing.T) {
 	if st1.Jumps <= st0.Jumps || st1.Served <= st0.Served {
 		t.Fatalf("the replica did not move to a newer manifest: %+v -> %+v", st0, st1)
 	}
-	waitUntil(t, 3*ttl, "the replica's checkpoint live again", func() bool {
+	testutil.Eventually(t, 3*ttl, "the replica's checkpoint live again", func() bool {
 		recs := e.readerCheckpoints()
 		return len(recs) == 1 && recs[0].ExpireTime.After(time.Now()) && recs[0].ManifestSeq >= st1.Manifest
 	})
@@ -139,7 +140,7 @@ func TestReplicaPauseAndKill(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("the killed replica's checkpoint: %+v", recs)
 	}
-	waitUntil(t, 2*ttl, "the killed replica's checkpoint expires", func() bool { return time.Now().After(recs[0].ExpireTime) })
+	testutil.Eventually(t, 2*ttl, "the killed replica's checkpoint expires", func() bool { return time.Now().After(recs[0].ExpireTime) })
 	for i := 1; i <= 20; i++ {
 		_ = os.Remove(e.path(fmt.Sprintf("f%d.0", i)))
 	}
@@ -163,7 +164,7 @@ func TestReplicaPauseAndKill(t *testing.T) {
 	t.Logf("after the killed replica's checkpoint expired: segments %d B for %d live B in %v", sp.SegmentBytes, sp.LiveBytes, time.Since(start).Round(time.Millisecond))
 	// Expired for longer than its span, the record goes (the writer's
 	// metadata GC prunes it, every 9 s at this time scale).
-	waitUntil(t, 3*ttl+30*time.Second, "the killed replica's record pruned", func() bool { return len(e.readerCheckpoints()) == 0 })
+	testutil.Eventually(t, 3*ttl+30*time.Second, "the killed replica's record pruned", func() bool { return len(e.readerCheckpoints()) == 0 })
 	w.stop()
 	e.fsckClean()
 }

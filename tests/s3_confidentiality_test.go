@@ -15,6 +15,7 @@ import (
 // TestS3Store: init, run, write, restart and recover from the store alone
 // against a real S3 server.
 func TestS3Store(t *testing.T) {
+	t.Parallel()
 	if noRun != "" {
 		t.Skipf("end-to-end tests need: %s", noRun)
 	}
@@ -62,6 +63,7 @@ const marker = "ebbfsMARKERq7Zx3"
 // TestConfidentiality: names, contents, symlink targets and xattrs never
 // reach the store in plaintext.
 func TestConfidentiality(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()

@@ -203,6 +203,7 @@ func stormWant(rounds int) (data, mapped []byte) {
 // FUSE interrupt), and everything it synced survives kill -9 and the loss
 // of the cache directory.
 func TestSignalStormDurabilityCalls(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.init()
 	p := e.mount()

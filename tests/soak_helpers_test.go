@@ -507,6 +507,7 @@ func (q *qemuIO) close() {
 // rejects what it may not (a version from before the last barrier, a
 // size never reached, another file's block).
 func TestSoakModel(t *testing.T) {
+	t.Parallel()
 	c := newSoakContent([]uint64{1, 1})
 	c.write(0, 1, 2)
 	for _, ok := range [][]uint64{{2, 1}, {1, 1}} {

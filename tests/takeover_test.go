@@ -11,6 +11,7 @@ import (
 // The old writer's next fsync fails, what it wrote after the take-over is
 // not in the new writer's state, and what was fsynced before is.
 func TestTakeOverFencesOldWriter(t *testing.T) {
+	t.Parallel()
 	if noRun != "" {
 		t.Skipf("end-to-end tests need: %s", noRun)
 	}

@@ -13,6 +13,7 @@ import (
 // first barrier, is ignored with a warning while the writer runs on and
 // stops cleanly.
 func TestProductionBuildHasNoFailpoints(t *testing.T) {
+	t.Parallel()
 	if noRun != "" {
 		t.Skipf("end-to-end tests need: %s", noRun)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // browser starts headless Chromium for the test.
@@ -57,7 +59,7 @@ func js[T any](t *testing.T, ctx context.Context, expr string) T {
 // waitJS polls a boolean expression in the page.
 func waitJS(t *testing.T, ctx context.Context, timeout time.Duration, what, expr string) {
 	t.Helper()
-	waitFor(t, timeout, what, func() bool { return js[bool](t, ctx, expr) })
+	testutil.Eventually(t, timeout, what, func() bool { return js[bool](t, ctx, expr) })
 }
 
 // spaceAll is `ebbfs space --json` with the fields the page shows.
@@ -75,6 +77,7 @@ type spaceAll struct {
 // and fits a phone's width. A screenshot of the page goes to
 // EBBFS_SCREENSHOTS if set (make screenshots uses it for docs/).
 func TestWebPageChartsReclamation(t *testing.T) {
+	t.Parallel()
 	needTool(t, "chromium")
 	seed := e2eSeed(t)
 	src := newDataSource(seed)
@@ -120,7 +123,7 @@ func TestWebPageChartsReclamation(t *testing.T) {
 		}
 	}
 	extents := files * large / (32 * kib)
-	waitFor(t, time.Minute, "the deleted files reclaimed", func() bool {
+	testutil.Eventually(t, time.Minute, "the deleted files reclaimed", func() bool {
 		m := e.monitorState()
 		return m.Engine.ExtentsCleaned == uint64(extents) && m.ReclaimTotals != nil && m.ReclaimTotals.Deleted >= files
 	})

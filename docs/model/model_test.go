@@ -200,10 +200,12 @@ func TestParseName(t *testing.T) {
 
 var resultRE = regexp.MustCompile(`^RESULT (\S+)\s+(\S+)\s+expect=(\S+)\s+got=(\S+)\s+trail=(\S+)\s+steps=(\S+)\s+states=(\S+)\s+time=(\S+)\s+(\S+)`)
 
-// TestModelCheck runs check.sh: the main configurations pass exhaustively
-// and every mutant and finding gives a counterexample trail. make test
-// runs check.sh itself (make model) first and sets EBBFS_MODEL_CHECKED,
-// so the spin runs happen once.
+// TestModelCheck runs check.sh on the quick instances (MODEL_SIZE=quick
+// unless MODEL_SIZE says otherwise): the main configurations pass
+// exhaustively and every mutant and finding gives a counterexample trail.
+// make test runs check.sh itself (make model-quick) first and sets
+// EBBFS_MODEL_CHECKED, so the spin runs happen once; make model checks the
+// full bounds.
 func TestModelCheck(t *testing.T) {
 	if os.Getenv("EBBFS_MODEL_CHECKED") == "1" {
 		t.Skip("make model already ran docs/model/check.sh")
@@ -220,6 +222,9 @@ func TestModelCheck(t *testing.T) {
 		t.Skip("-short: the model check takes minutes")
 	}
 	cmd := exec.Command("bash", "check.sh")
+	if os.Getenv("MODEL_SIZE") == "" {
+		cmd.Env = append(os.Environ(), "MODEL_SIZE=quick")
+	}
 	out, err := cmd.CombinedOutput()
 	t.Logf("check.sh output:\n%s", out)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -85,7 +86,7 @@ func TestEngineFailureIsEIOAndLogged(t *testing.T) {
 	requireFUSE(t)
 	e := openEngine(t)
 	dir := t.TempDir()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	o := DefaultMountOptions()
 	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	srv, err := Mount(e, dir, o)

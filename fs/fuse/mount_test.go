@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,12 +9,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/mountinfo"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"golang.org/x/sys/unix"
 )
@@ -44,29 +43,11 @@ func requireFUSE(t *testing.T) {
 	t.Skipf("FUSE unavailable: missing %s", strings.Join(missing, ", "))
 }
 
-// syncBuffer collects log output from the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // mounted is a live test mount.
 type mounted struct {
 	dir  string
 	e    *ebbfs.Engine
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 	f    *fsys
 }
 
@@ -119,7 +100,7 @@ func mountWith(t *testing.T, adjust func(*MountOptions)) *mounted {
 			t.Fatal(err)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	o := DefaultMountOptions()
 	o.AllowOther = os.Geteuid() == 0
@@ -132,13 +113,13 @@ func mountWith(t *testing.T, adjust func(*MountOptions)) *mounted {
 		_ = e.Close(context.Background())
 		t.Fatalf("Mount: %v", err)
 	}
-	waitMountTable(t, dir, true)
+	testutil.WaitMountTable(t, dir, true, time.Minute)
 	t.Cleanup(func() {
 		if err := srv.Unmount(); err != nil {
 			t.Errorf("Unmount: %v", err)
 		}
 		srv.Wait()
-		waitMountTable(t, dir, false)
+		testutil.WaitMountTable(t, dir, false, time.Minute)
 		if err := e.Close(context.Background()); err != nil {
 			t.Errorf("engine Close: %v", err)
 		}
@@ -161,21 +142,6 @@ func mountEntry(t *testing.T, dir string) []string {
 		return nil
 	}
 	return []string{m.Source, m.Mountpoint, m.FSType, m.Options + "," + m.Super}
-}
-
-// waitMountTable polls /proc/mounts until dir is (or is no longer) listed.
-func waitMountTable(t *testing.T, dir string, present bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if (mountEntry(t, dir) != nil) == present {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mount table: %s present=%v not reached", dir, !present)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // asUser runs fn on a thread whose effective uid and gid are uid and gid,
@@ -283,7 +249,7 @@ func TestReadOnlyEngineMountsReadOnly(t *testing.T) {
 		srv.Wait()
 		_ = r.Close(ctx)
 	})
-	waitMountTable(t, dir, true)
+	testutil.WaitMountTable(t, dir, true, time.Minute)
 	if ent := mountEntry(t, dir); !strings.HasPrefix(ent[3], "ro,") && !strings.Contains(ent[3], ",ro,") {
 		t.Errorf("mount options %q: want ro", ent[3])
 	}
