@@ -38,7 +38,7 @@ func TestNoGoroutineOutlivesMount(t *testing.T) {
 		_ = w.Close(ctx)
 		t.Fatal(err)
 	}
-	waitMountTable(t, dir, true)
+	testutil.WaitMountTable(t, dir, true, time.Minute)
 	if err := os.WriteFile(filepath.Join(dir, "f"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestNoGoroutineOutlivesMount(t *testing.T) {
 		_ = r.Close(ctx)
 		t.Fatal(err)
 	}
-	waitMountTable(t, rdir, true)
+	testutil.WaitMountTable(t, rdir, true, time.Minute)
 	if got, err := os.ReadFile(filepath.Join(rdir, "f")); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read on the replica: %d bytes, %v", len(got), err)
 	}
