@@ -423,20 +423,29 @@ func TestFailpointMatrixComplete(t *testing.T) {
 	t.Parallel()
 	re := regexp.MustCompile(`failpoint\.Hit\("([^"]+)"\)`)
 	inSource := map[string]string{}
-	for _, dir := range []string{"fs", "reclaim", "lsm", "checkpoint", "segment", "objstore", "nbd", "cmd/ebbfs"} {
-		files, _ := filepath.Glob(filepath.Join("..", dir, "*.go"))
-		for _, f := range files {
-			if strings.HasSuffix(f, "_test.go") {
-				continue
-			}
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, sm := range re.FindAllStringSubmatch(string(b), -1) {
-				inSource[sm[1]] = f
-			}
+	// Every package of the module, so that a failpoint in a package added
+	// later is not missed.
+	err := filepath.WalkDir("..", func(f string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
 		}
+		if d.IsDir() && f != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "tests" || d.Name() == "run") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(f, ".go") || strings.HasSuffix(f, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		for _, sm := range re.FindAllStringSubmatch(string(b), -1) {
+			inSource[sm[1]] = f
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	cased := map[string]bool{}
 	for _, c := range crashCases() {
