@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"ebbfs.dev/ebbfs/internal/retry"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 	"ebbfs.dev/ebbfs/segread"
@@ -320,13 +320,11 @@ func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
 	es := n.es() // caller holds n.mu
 	run := &readAheadRun{from: from, to: to, done: make(chan struct{})}
 	n.ra.Store(run)
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
+	e.raGroup.Go(func() {
 		defer func() { <-e.raSem }()
 		defer close(run.done)
 		e.prefetch(e.bg, ino, es, from, to)
-	}()
+	})
 }
 
 // prefetchRun bounds the bytes one read-ahead GET fetches.
@@ -344,7 +342,7 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	if err != nil {
 		return
 	}
-	var wg sync.WaitGroup
+	var runs worker.Group
 	for len(all) > 0 && ctx.Err() == nil {
 		k, span := 1, all[0].p.Length
 		for k < len(all) && span < prefetchRun && all[k].p.Segment == all[k-1].p.Segment && all[k-1].p.End() == uint64(all[k].p.Offset) {
@@ -357,18 +355,16 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 			ids[i], ptrs[i] = segment.FrameID{Ino: ino, Extent: x.idx, Gen: x.p.Gen}, x.p
 		}
 		all = all[k:]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		runs.Go(func() {
 			if res, _ := e.rd.Read(ctx, &segread.Request{Ptrs: ptrs, Want: segread.Ahead}); res.Started {
 				return // sealed bytes, from a local store or the disk cache
 			}
 			if _, err := e.rd.Read(ctx, &segread.Request{IDs: ids, Ptrs: ptrs, Want: segread.Fill}); err != nil {
 				e.log.Debug("read-ahead", "ino", ino, "err", err)
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	runs.Wait()
 }
 
 // readPieces reads bytes [from, to) of extent idx, whose frame ptr has

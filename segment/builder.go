@@ -2,10 +2,10 @@ package segment
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // Builder collects the frames of one segment in memory. It is not safe for
@@ -234,15 +234,13 @@ func forEach(n, workers int, f func(i int)) {
 		return
 	}
 	var next atomic.Int64
-	var wg sync.WaitGroup
+	var g worker.Group
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() {
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
 				f(i)
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	g.Wait()
 }
