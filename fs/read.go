@@ -39,7 +39,8 @@ func (e *Engine) cacheOnly(ctx context.Context) context.Context {
 // cacheOnlyCtx is ctx's values and deadline, cancelled (errCacheOnly). It
 // costs nothing to make: a context.WithCancelCause of the FUSE request's
 // context was tied to it for nothing (a child registered, or a goroutine
-// started, per read), 3-4 us of a cold 4 KiB random read's CPU on S3.
+// started, per read), a visible part of a cold 4 KiB random read's CPU on
+// S3 (the figure: bench/README.md, "Figures behind the code's constants").
 type cacheOnlyCtx struct{ context.Context }
 
 func (cacheOnlyCtx) Done() <-chan struct{} { return closedDone }
@@ -288,10 +289,11 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 // kernel no longer reads the files ahead. Decrypting ahead into the
 // frame cache moved every byte through memory three more times (into a
 // run buffer, decrypted into another, copied into the reply), and on a
-// 2-core machine that left the cold read at 0.6-0.7x the go-fuse
-// passthrough; see bench/README.md. At 12 MiB ahead, a request still
-// waited for the disk for about 0.15 s per GiB read (a virtio disk's
-// latency comes in bursts); at 24 MiB, 0.05 s.
+// 2-core machine that left the cold read well behind the go-fuse
+// passthrough. At half the local window ahead, requests still waited for
+// the disk noticeably more often (a virtio disk's latency comes in
+// bursts). The figures: bench/README.md, "Figures behind the code's
+// constants".
 const (
 	readAheadSkip   = 1 << 20
 	readAheadWindow = 32 << 20
