@@ -70,7 +70,7 @@ type Engine struct {
 	local   bool            // the store is a local directory (objstore.IsLocal)
 	segBufs *hugemem.Pool   // buffers segments are built in (segPool)
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	raGroup worker.Group // the read-aheads in flight (read.go); Close waits for them
 	waitMu  sync.Mutex
 	hostMu  sync.RWMutex // held shared by a cleaner transaction; Close waits for it
 
@@ -405,7 +405,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	if w := e.flushW.Load(); w != nil {
 		w.Close()
 	}
-	e.wg.Wait()
+	e.raGroup.Wait()
 	e.hostMu.Lock() // a cleaner transaction under way (CleanTombstones)
 	e.hostMu.Unlock()
 	var err error

@@ -255,10 +255,10 @@ type segJob struct {
 // heap and on huge pages, and reused: a buffer of SegmentTarget bytes
 // allocated anew cost clearing it, and the page faults of fresh memory
 // once the runtime had given it back (on this VM they took more CPU than
-// sealing the bytes: a profile of a 1 GiB write to S3 put 2.1 s in the
-// cipher's loop, most of it faults on its output). On huge pages the
-// local store's O_DIRECT writes of a segment also go to the disk in a few
-// large requests (hugemem).
+// sealing the bytes, most of the cipher's loop being faults on its
+// output; the profile: bench/README.md, "Figures behind the code's
+// constants"). On huge pages the local store's O_DIRECT writes of a
+// segment also go to the disk in a few large requests (hugemem).
 //
 // A buffer comes back once its upload has returned (a Store keeps nothing
 // of what it was given) and the disk cache, which may hold the frames of

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 
 	"ebbfs.dev/ebbfs/internal/retry"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 	"ebbfs.dev/ebbfs/segread"
@@ -39,7 +39,8 @@ func (e *Engine) cacheOnly(ctx context.Context) context.Context {
 // cacheOnlyCtx is ctx's values and deadline, cancelled (errCacheOnly). It
 // costs nothing to make: a context.WithCancelCause of the FUSE request's
 // context was tied to it for nothing (a child registered, or a goroutine
-// started, per read), 3-4 us of a cold 4 KiB random read's CPU on S3.
+// started, per read), a visible part of a cold 4 KiB random read's CPU on
+// S3 (the figure: bench/README.md, "Figures behind the code's constants").
 type cacheOnlyCtx struct{ context.Context }
 
 func (cacheOnlyCtx) Done() <-chan struct{} { return closedDone }
@@ -288,10 +289,11 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 // kernel no longer reads the files ahead. Decrypting ahead into the
 // frame cache moved every byte through memory three more times (into a
 // run buffer, decrypted into another, copied into the reply), and on a
-// 2-core machine that left the cold read at 0.6-0.7x the go-fuse
-// passthrough; see bench/README.md. At 12 MiB ahead, a request still
-// waited for the disk for about 0.15 s per GiB read (a virtio disk's
-// latency comes in bursts); at 24 MiB, 0.05 s.
+// 2-core machine that left the cold read well behind the go-fuse
+// passthrough. At half the local window ahead, requests still waited for
+// the disk noticeably more often (a virtio disk's latency comes in
+// bursts). The figures: bench/README.md, "Figures behind the code's
+// constants".
 const (
 	readAheadSkip   = 1 << 20
 	readAheadWindow = 32 << 20
@@ -320,13 +322,11 @@ func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
 	es := n.es() // caller holds n.mu
 	run := &readAheadRun{from: from, to: to, done: make(chan struct{})}
 	n.ra.Store(run)
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
+	e.raGroup.Go(func() {
 		defer func() { <-e.raSem }()
 		defer close(run.done)
 		e.prefetch(e.bg, ino, es, from, to)
-	}()
+	})
 }
 
 // prefetchRun bounds the bytes one read-ahead GET fetches.
@@ -344,7 +344,7 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 	if err != nil {
 		return
 	}
-	var wg sync.WaitGroup
+	var runs worker.Group
 	for len(all) > 0 && ctx.Err() == nil {
 		k, span := 1, all[0].p.Length
 		for k < len(all) && span < prefetchRun && all[k].p.Segment == all[k-1].p.Segment && all[k-1].p.End() == uint64(all[k].p.Offset) {
@@ -357,18 +357,16 @@ func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
 			ids[i], ptrs[i] = segment.FrameID{Ino: ino, Extent: x.idx, Gen: x.p.Gen}, x.p
 		}
 		all = all[k:]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		runs.Go(func() {
 			if res, _ := e.rd.Read(ctx, &segread.Request{Ptrs: ptrs, Want: segread.Ahead}); res.Started {
 				return // sealed bytes, from a local store or the disk cache
 			}
 			if _, err := e.rd.Read(ctx, &segread.Request{IDs: ids, Ptrs: ptrs, Want: segread.Fill}); err != nil {
 				e.log.Debug("read-ahead", "ino", ino, "err", err)
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	runs.Wait()
 }
 
 // readPieces reads bytes [from, to) of extent idx, whose frame ptr has

@@ -100,11 +100,8 @@ func (db *DB) journaled(j *unheardJournal) {
 	if err := db.setAppliedSeq(j.seq); err != nil {
 		db.opts.Logger.Warn("lsm: journal durable but local applied-seq update failed", "journal", journalKey(j.seq), "err", err)
 	}
-	if due {
-		select {
-		case db.pubNotify <- struct{}{}:
-		default:
-		}
+	if due && db.publisher != nil {
+		db.publisher.Notify()
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // ErrClosed is returned by operations on a closed DB.
@@ -83,11 +85,13 @@ type DB struct {
 	sinceFlush int     // batch bytes committed since the last memtable flush (commitMu)
 	vfs        vfs.FS  // Pebble's filesystem (probeLocal)
 
+	// bgCtx is cancelled first by close and abort: it stops the
+	// heartbeat and the publisher (loopWait), which close then waits for
+	// unless Pebble has failed.
 	bgCtx     context.Context
 	bgCancel  context.CancelFunc
-	stopCh    chan struct{}
-	pubNotify chan struct{}
-	wg        sync.WaitGroup
+	heartbeat *worker.Worker // the lease heartbeat (lease.go), or nil
+	publisher *worker.Worker // the manifest publisher (publish.go), or nil
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -432,7 +436,6 @@ func (db *DB) Close() error {
 
 func (db *DB) close() error {
 	db.bgCancel()
-	close(db.stopCh)
 	db.unwatchReserve()
 	if err := db.Failed(); err != nil {
 		// Pebble, and a background goroutine of ours waiting on it, may
@@ -441,7 +444,7 @@ func (db *DB) close() error {
 		// recovers from the store).
 		return err
 	}
-	db.wg.Wait()
+	db.waitLoops()
 
 	db.commitMu.Lock()
 	db.closeMu.Lock()
@@ -472,6 +475,34 @@ func (db *DB) close() error {
 		}
 	}
 	return err
+}
+
+// loopWait is the heartbeat's and the publisher's w.Wait(d): it returns
+// when d has passed on the DB's clock or w was notified, and reports
+// false, when the loop must return, once the DB is closing. The loops
+// stop on bgCtx, which close cancels first, rather than on w's own
+// context alone: after a Pebble failure close tells them to stop but does
+// not wait for them (waitLoops), as a loop may be stuck in Pebble.
+func (db *DB) loopWait(w *worker.Worker, d time.Duration) bool {
+	select {
+	case <-db.bgCtx.Done():
+		return false
+	case <-w.Context().Done():
+		return false
+	case <-w.Woken():
+	case <-w.After(d):
+	}
+	return true
+}
+
+// waitLoops waits for the heartbeat and the publisher to return; bgCtx
+// is cancelled already.
+func (db *DB) waitLoops() {
+	for _, w := range []*worker.Worker{db.heartbeat, db.publisher} {
+		if w != nil {
+			w.Close()
+		}
+	}
 }
 
 func copyMap(m map[string]string) map[string]string {

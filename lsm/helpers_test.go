@@ -68,9 +68,8 @@ func mustOpen(t testing.TB, o Options) *DB {
 func crash(db *DB) {
 	db.closeOnce.Do(func() {
 		db.bgCancel()
-		close(db.stopCh)
 		db.unwatchReserve()
-		db.wg.Wait()
+		db.waitLoops()
 		db.closeMu.Lock()
 		db.closed = true
 		_ = db.pdb.Close()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -145,15 +146,9 @@ func (db *DB) acquireLease(ctx context.Context) (Lease, string, error) {
 
 // heartbeatLoop renews the lease every LeaseTTL/3 until Close. Losing the
 // IfMatch race fences the writer.
-func (db *DB) heartbeatLoop() {
-	defer db.wg.Done()
+func (db *DB) heartbeatLoop(w *worker.Worker) {
 	o := &db.opts
-	for {
-		select {
-		case <-db.stopCh:
-			return
-		case <-o.Clock.After(o.LeaseTTL / 3):
-		}
+	for db.loopWait(w, o.LeaseTTL/3) {
 		if err := db.renewLease(false); err != nil {
 			if errors.Is(err, ErrFenced) {
 				return

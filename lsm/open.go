@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -46,8 +47,6 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 		pebbleDir: filepath.Join(o.Dir, "pebble"),
 		readOnly:  o.ReadOnly,
 		pinned:    pinned,
-		stopCh:    make(chan struct{}),
-		pubNotify: make(chan struct{}, 1),
 	}
 	db.bgCtx, db.bgCancel = context.WithCancel(context.Background())
 	db.mu.shipped = map[string]string{}
@@ -65,8 +64,7 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 		}
 		db.lease, db.leaseETag, db.epoch = l, etag, l.Epoch
 		// Heartbeat from the start: recovery may outlast the TTL.
-		db.wg.Add(1)
-		go db.heartbeatLoop()
+		db.heartbeat = worker.Start("lsm-heartbeat", o.Clock, db.heartbeatLoop)
 	}
 	if err := db.recover(ctx, pinSeq, pinned); err != nil {
 		db.abort()
@@ -77,8 +75,7 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 			db.abort()
 			return nil, err
 		}
-		db.wg.Add(1)
-		go db.publishLoop()
+		db.publisher = worker.Start("lsm-publish", o.Clock, db.publishLoop)
 		db.watchReserve()
 	}
 	o.Logger.Info("lsm: open", "epoch", db.epoch, "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest(), "read_only", o.ReadOnly)
@@ -89,8 +86,7 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 // releases the lease so the next attempt need not wait for the TTL.
 func (db *DB) abort() {
 	db.bgCancel()
-	close(db.stopCh)
-	db.wg.Wait()
+	db.waitLoops()
 	db.closeMu.Lock()
 	if db.pdb != nil {
 		_ = db.pdb.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -34,16 +35,9 @@ func (db *DB) publishDueLocked() bool {
 
 // publishLoop publishes a manifest when a barrier finds one due, and on
 // the ManifestInterval timer.
-func (db *DB) publishLoop() {
-	defer db.wg.Done()
+func (db *DB) publishLoop(w *worker.Worker) {
 	postponed := false
-	for {
-		select {
-		case <-db.stopCh:
-			return
-		case <-db.pubNotify:
-		case <-db.opts.Clock.After(db.opts.ManifestInterval):
-		}
+	for db.loopWait(w, db.opts.ManifestInterval) {
 		db.mu.Lock()
 		due := db.publishDueLocked()
 		db.mu.Unlock()

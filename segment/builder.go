@@ -2,10 +2,10 @@ package segment
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/worker"
 )
 
 // Builder collects the frames of one segment in memory. It is not safe for
@@ -67,8 +67,9 @@ func (b *Builder) Add(id FrameID, plain []byte) Pointer {
 // and for a reader of the run (segread.Reader decrypting a run keeps the
 // key of the last prefix it saw). The pieces of one group, at most 64,
 // are AES-256-GCM messages with random 96-bit nonces under the derived
-// key: far inside its limits. Per frame, that setup cost about 6% of a
-// cold read's CPU on this machine (bench/README.md).
+// key: far inside its limits. Per frame, that setup was a visible part
+// of a cold read's CPU (the figure: bench/README.md, "Figures behind the
+// code's constants").
 const sealGroup = 8
 
 // SealGroupSize is how many consecutive frames of n one goroutine takes at
@@ -234,15 +235,13 @@ func forEach(n, workers int, f func(i int)) {
 		return
 	}
 	var next atomic.Int64
-	var wg sync.WaitGroup
+	var g worker.Group
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() {
 			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
 				f(i)
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	g.Wait()
 }

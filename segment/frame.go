@@ -176,9 +176,10 @@ func lz4Worthwhile(plain []byte) bool {
 // LZ4's (4-byte hashes into a table of last positions, skipping faster
 // after each 32 misses in a row) that adds up what its matches would save,
 // their length less the 3 bytes a match costs. Running LZ4 itself on the
-// three 2 KiB samples cost about 30 us an extent, three times sealing the
-// extent with XAES-256-GCM; this costs about a microsecond on data that
-// does not compress and stops at the first 1/16 on data that does.
+// three 2 KiB samples cost more than sealing the extent with
+// XAES-256-GCM; this costs a small fraction of that on data that does not
+// compress and stops at the first 1/16 on data that does (the figures:
+// bench/README.md, "Figures behind the code's constants").
 func sampleCompressible(s []byte) bool {
 	// 1024 slots for a 2 KiB sample: clearing the table is a good part of
 	// the cost on data that does not compress.

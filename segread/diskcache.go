@@ -17,6 +17,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/diskspace"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/segment"
 	"golang.org/x/sys/unix"
 )
@@ -74,15 +75,15 @@ type diskCache struct {
 	segs    map[uint64]*diskSeg
 	files   *list.List // segments with an open file, front = most recent; values *diskSeg
 
-	// Writes happen on one background goroutine so that reads never wait
-	// for them; when the queue is full a frame is simply not cached.
+	// Writes happen on one background worker (writer) so that reads
+	// never wait for them; when the queue is full a frame is simply not
+	// cached. The space watcher's periodic nudge is a Notify of it.
 	q       chan diskPut
-	kick    chan struct{}      // the watcher's periodic nudge to the writer
+	w       *worker.Worker     // the writer
 	unwatch func()             // stops the nudges
 	space   *diskspace.Watcher // the watcher started for want of ReaderOptions.Space
 	queued  atomic.Int64       // bytes of memory the puts in q hold
 	skipped atomic.Int64       // frame bytes left out: the queue was full
-	done    chan struct{}
 	closeMu sync.Mutex
 	closed  bool
 	// overflow holds, under ovMu, frames of admitted objects that did
@@ -178,7 +179,7 @@ func openDiskCache(dir string, max int64, log *slog.Logger, space *diskspace.Wat
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), files: list.New(), segs: map[uint64]*diskSeg{},
-		q: make(chan diskPut, diskQueue), kick: make(chan struct{}, 1), done: make(chan struct{}), pend: map[uint64][]*diskRun{},
+		q: make(chan diskPut, diskQueue), pend: map[uint64][]*diskRun{},
 		statfs: diskspace.Statfs, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
 	type found struct {
 		es  []diskEntry
@@ -252,17 +253,12 @@ func openDiskCache(dir string, max int64, log *slog.Logger, space *diskspace.Wat
 	c.evictLocked(0)
 	c.mu.Unlock()
 	c.watch()
-	go c.writer()
+	c.w = worker.Start("segread-disk-writer", nil, c.writer)
 	if space == nil {
 		c.space = diskspace.Start(nil)
 		space = c.space
 	}
-	c.unwatch = space.Add(func() {
-		select {
-		case c.kick <- struct{}{}:
-		default: // the writer has one coming
-		}
-	})
+	c.unwatch = space.Add(c.w.Notify)
 	return c, nil
 }
 
@@ -353,7 +349,7 @@ func (c *diskCache) close() {
 		close(c.q)
 	}
 	c.closeMu.Unlock()
-	<-c.done
+	c.w.Close() // the writer returns once it has drained q
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.files.Len() > 0 {

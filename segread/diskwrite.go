@@ -9,11 +9,17 @@ import (
 	"sort"
 	"syscall"
 
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/segment"
 )
 
-func (c *diskCache) writer() {
-	defer close(c.done)
+// writer is the disk cache's worker: it writes the queued puts (and the
+// overflow after each), and on a wake-up (the space watcher's, every
+// diskspace.Every) writes the overflow and gives space back if the
+// filesystem is short of it. It returns once close has closed q and it has
+// written what q held, not on w's context, so that a sync marker or a put
+// queued before close is never left behind.
+func (c *diskCache) writer(w *worker.Worker) {
 	for {
 		select {
 		case it, ok := <-c.q:
@@ -30,7 +36,7 @@ func (c *diskCache) writer() {
 				it.done()
 			}
 			c.putOverflow()
-		case <-c.kick: // every diskspace.Every
+		case <-w.Woken(): // every diskspace.Every
 			c.putOverflow()
 			c.watch()
 		}

@@ -166,9 +166,10 @@ func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Poi
 const pieceBufLen = 16<<10 + directio.Slack
 
 // pieceBufs are the buffers of readPart's sealed pieces, kept for the
-// next read once the pieces are opened out of them: a buffer of each
-// read's own, aligned for O_DIRECT, was 5 us of a cold 4 KiB random
-// read's CPU in allocation.
+// next read once the pieces are opened out of them: allocating a buffer
+// of each read's own, aligned for O_DIRECT, was a visible part of a cold
+// 4 KiB random read's CPU (the figure: bench/README.md, "Figures behind
+// the code's constants").
 var pieceBufs = sync.Pool{New: func() any { return new([pieceBufLen]byte) }}
 
 // readSpan is getRange into buf (at least n+directio.Slack bytes),

@@ -68,8 +68,9 @@ func (p *runBufs) putScratch(b []byte) { sealedBufs.Put(b) }
 // sealedBufs are the pooled scratch buffers of every Reader: the direct
 // reads of sealed spans (a local store's objstore.ReadSpan, the disk
 // cache's directio.File) land in them, 2 MiB of a span on one
-// huge page (hugemem): on a virtio disk that read a cold file 1.3x
-// as fast as Go heap buffers did. The buffers live as long as the process,
+// huge page (hugemem): on a virtio disk that read a cold file faster
+// than Go heap buffers did (bench/README.md, "Figures behind the code's
+// constants"). The buffers live as long as the process,
 // so the pool is shared; at most sealedBufsMax are mapped (70 MiB,
 // outside the Go heap), enough for the read-ahead spans (aheadMax) and
 // the reads in flight of a busy reader, and the rest are the heap's.

@@ -178,8 +178,8 @@ func (r *Reader) readDiskTo(ctx context.Context, ids []segment.FrameID, ps []seg
 // kernel keeps a sequential reader's next request in flight, which the
 // other core serves meanwhile, and the reply is copied out of the cache
 // of the core that decrypted it. Spreading each request over both cores
-// of a 2-core machine cost 5-10% of the cold read's throughput (same-hour
-// A/B, bench/README.md).
+// of a 2-core machine lowered the cold read's throughput (the figure:
+// bench/README.md, "Figures behind the code's constants").
 var decryptAloneMax = 2 << 20
 
 // dstLen sums the lengths of dst[i], i in want.
