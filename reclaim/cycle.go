@@ -11,6 +11,7 @@ import (
 
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
@@ -303,21 +304,19 @@ func (r *Reclaimer) deleteDue(ctx context.Context, due []counterEntry, st *Cycle
 // eachParallel runs f for each entry, DeleteParallel at a time, and stops
 // admitting entries when the Reclaimer closes or ctx ends.
 func (r *Reclaimer) eachParallel(ctx context.Context, list []counterEntry, f func(counterEntry)) {
-	var wg sync.WaitGroup
+	var g worker.Group
 	sem := make(chan struct{}, DeleteParallel)
 	for _, c := range list {
 		if r.closed() || ctx.Err() != nil {
 			break
 		}
 		sem <- struct{}{}
-		wg.Add(1)
-		go func(c counterEntry) {
-			defer wg.Done()
+		g.Go(func() {
 			defer func() { <-sem }()
 			f(c)
-		}(c)
+		})
 	}
-	wg.Wait()
+	g.Wait()
 }
 
 type deleteOutcome int

@@ -42,6 +42,7 @@ import (
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 )
@@ -63,10 +64,24 @@ const (
 	metaSSTPrefix      = "meta/sst/"
 )
 
+// MetaDB is what the metadata GC asks of the writer's metadata store
+// (*lsm.DB is one): its writer epoch (0: read-only), whether it lost the
+// lease, its latest manifest, the objects a manifest references, and
+// those its shipped tables reference.
+type MetaDB interface {
+	Epoch() uint64
+	Fenced() error
+	LatestManifest() uint64
+	ManifestObjects(ctx context.Context, seq uint64) ([]string, error)
+	ReferencedMetaObjects(ctx context.Context) (map[string]bool, error)
+}
+
+var _ MetaDB = (*lsm.DB)(nil)
+
 // MetaGCOptions configure a MetaGC. Zero values take the defaults.
 type MetaGCOptions struct {
 	Store objstore.Store // required: the filesystem's store
-	DB    *lsm.DB        // required: the writer's metadata store
+	DB    MetaDB         // required: the writer's metadata store (an *lsm.DB)
 	Clock clock.Clock    // default clock.Real
 	// Logger gets one info line per pass (default: discard).
 	Logger *slog.Logger
@@ -118,14 +133,12 @@ type MetaGC struct {
 	o      MetaGCOptions
 	optErr error
 	runMu  sync.Mutex // one pass at a time
-	ctx    context.Context
-	cancel context.CancelFunc
-	notify chan struct{}
-	wg     sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
 		started, closed bool
+		w               *worker.Worker // the timed passes' loop, once started
+		triggered       bool           // Trigger was called before Start
 		last            MetaGCPass
 		passes          int
 		totals          MetaGCTotals
@@ -141,9 +154,7 @@ type MetaGC struct {
 // reported by every RunOnce.
 func NewMetaGC(o MetaGCOptions) *MetaGC {
 	o.EnsureDefaults()
-	g := &MetaGC{o: o, optErr: o.Validate(), notify: make(chan struct{}, 1)}
-	g.ctx, g.cancel = context.WithCancel(context.Background())
-	return g
+	return &MetaGC{o: o, optErr: o.Validate()}
 }
 
 // Start starts the worker: a pass every Interval (sooner after a failed
@@ -155,15 +166,21 @@ func (g *MetaGC) Start() {
 		return
 	}
 	g.mu.started = true
-	g.wg.Add(1)
-	go g.loop()
+	g.mu.w = worker.Start("reclaim-metagc", g.o.Clock, g.loop)
+	if g.mu.triggered {
+		g.mu.w.Notify()
+	}
 }
 
-// Trigger asks the worker for a pass now (without waiting for it).
+// Trigger asks the worker for a pass now (without waiting for it); before
+// Start, for a pass as soon as it starts.
 func (g *MetaGC) Trigger() {
-	select {
-	case g.notify <- struct{}{}:
-	default:
+	g.mu.Lock()
+	w := g.mu.w
+	g.mu.triggered = w == nil
+	g.mu.Unlock()
+	if w != nil {
+		w.Notify()
 	}
 }
 
@@ -171,10 +188,11 @@ func (g *MetaGC) Trigger() {
 func (g *MetaGC) Close() {
 	g.mu.Lock()
 	g.mu.closed = true
+	w := g.mu.w
 	g.mu.Unlock()
-	g.cancel()
-	g.Trigger()
-	g.wg.Wait()
+	if w != nil {
+		w.Close()
+	}
 }
 
 // MetaGCTotals are cumulative counts over every pass since start.
@@ -204,14 +222,10 @@ func (g *MetaGC) LastPass() (MetaGCPass, int) {
 	return g.mu.last, g.mu.passes
 }
 
-func (g *MetaGC) isClosed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.mu.closed
-}
-
-func (g *MetaGC) loop() {
-	defer g.wg.Done()
+// loop is the worker: a pass every Interval, or at once when triggered,
+// until Close cancels its context (and the pass in progress).
+func (g *MetaGC) loop(w *worker.Worker) {
+	ctx := w.Context()
 	wait := g.o.Interval
 	// An idle filesystem sends no requests: once two passes in a row have
 	// succeeded at the same manifest horizon, nothing new can have become
@@ -228,14 +242,14 @@ func (g *MetaGC) loop() {
 		g.mu.Unlock()
 		triggered := false
 		select {
-		case <-g.ctx.Done():
+		case <-ctx.Done():
 			return
-		case <-g.notify:
-			if g.isClosed() {
+		case <-w.Woken():
+			if ctx.Err() != nil {
 				return
 			}
 			triggered = true
-		case <-g.o.Clock.After(wait):
+		case <-w.After(wait):
 		}
 		horizon := g.o.DB.LatestManifest()
 		if horizon != lastHorizon {
@@ -249,13 +263,13 @@ func (g *MetaGC) loop() {
 			continue
 		}
 		at := g.o.Clock.Now()
-		st, err := g.RunOnce(g.ctx)
+		st, err := g.RunOnce(ctx)
 		if err == nil {
 			cleanPasses++
 		} else {
 			cleanPasses = 0
 		}
-		if g.ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return
 		}
 		g.mu.Lock()
@@ -326,7 +340,7 @@ type metaPlan struct {
 // that stay.
 type metaKeep struct {
 	g    *MetaGC
-	db   *lsm.DB
+	db   MetaDB
 	s    objstore.Store
 	keep map[string]bool
 	read map[uint64]bool // manifests whose objects are in keep

@@ -72,12 +72,11 @@ type Reclaimer struct {
 	rd    *segread.Reader    // uncached reader over store, for repack fetches
 	meta  chan struct{}      // MetaParallel tokens shared by all jobs
 
-	cleanerW *worker.Worker // the tombstone cleaner (cleaner.go); set under mu by Start
-
-	notify chan struct{} // buffered 1, written without blocking
-	done   chan struct{} // closed when the worker exits
-	stop   context.CancelFunc
-	ctx    context.Context // cancelled by Close: ends non-admitted work
+	// The two workers, set under mu by Start: the cycle's and the sweep's
+	// (loop), whose context Close cancels to end work not yet admitted,
+	// and the tombstone cleaner (cleaner.go).
+	cycleW   *worker.Worker
+	cleanerW *worker.Worker
 
 	mu struct {
 		sync.Mutex
@@ -140,17 +139,14 @@ func New(o Options) (*Reclaimer, error) {
 		return nil, err
 	}
 	r := &Reclaimer{
-		opts:   o,
-		host:   o.Host,
-		clk:    o.Clock,
-		log:    o.Logger,
-		store:  cs,
-		rd:     rd,
-		meta:   make(chan struct{}, MetaParallel),
-		notify: make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		opts:  o,
+		host:  o.Host,
+		clk:   o.Clock,
+		log:   o.Logger,
+		store: cs,
+		rd:    rd,
+		meta:  make(chan struct{}, MetaParallel),
 	}
-	r.ctx, r.stop = context.WithCancel(context.Background())
 	r.mu.deadlines = map[uint64]time.Duration{}
 	r.mu.activity = map[uint64]segActivity{}
 	r.mu.coolAt = never
@@ -162,7 +158,7 @@ func New(o Options) (*Reclaimer, error) {
 // Requests returns the requests reclamation has sent so far.
 func (r *Reclaimer) Requests() objstore.Counts { return r.store.Snapshot() }
 
-// Start starts the worker. It schedules one cycle at once and the first
+// Start starts the workers. It schedules one cycle at once and the first
 // orphan sweep from the persisted time of the last one.
 func (r *Reclaimer) Start() {
 	r.mu.Lock()
@@ -179,34 +175,38 @@ func (r *Reclaimer) Start() {
 	if !r.opts.DisableSweep {
 		r.scheduleFirstSweep()
 	}
-	go r.worker()
+	r.mu.Lock()
+	if !r.mu.closed {
+		r.cycleW = worker.Start("reclaim-cycle", r.clk, r.loop)
+	}
+	r.mu.Unlock()
 }
 
 // Close stops new admissions (cycles, sweeps, repack jobs, deletions) and
-// waits for the worker: repack jobs already admitted finish; other work
+// waits for the workers: repack jobs already admitted finish; other work
 // in progress is cancelled (every step is idempotent).
 func (r *Reclaimer) Close() error {
 	r.mu.Lock()
-	if r.mu.closed {
-		r.mu.Unlock()
-		<-r.done
-		return nil
-	}
+	first := !r.mu.closed
 	r.mu.closed = true
 	r.mu.idle = false
-	started, cleaner := r.mu.started, r.cleanerW
+	cycle, cleaner := r.cycleW, r.cleanerW
 	reqs, sreqs := r.mu.runReqs, r.mu.sweepReqs
 	r.mu.runReqs, r.mu.sweepReqs = nil, nil
 	r.mu.Unlock()
 	answer(reqs, result[CycleStats]{err: ErrClosed})
 	answer(sreqs, result[SweepStats]{err: ErrClosed})
-	r.stop()
-	r.kick()
-	if started {
-		cleaner.Close()
-		<-r.done
-	} else {
-		close(r.done)
+	// Both cancelled before either is waited for, so that neither's
+	// non-admitted work waits on the other's.
+	var g worker.Group
+	for _, w := range []*worker.Worker{cycle, cleaner} {
+		if w != nil {
+			g.Go(w.Close)
+		}
+	}
+	g.Wait()
+	if !first {
+		return nil
 	}
 	err := r.saveDeadlines()
 	if err != nil && !errors.Is(err, lsm.ErrClosed) {
@@ -215,10 +215,14 @@ func (r *Reclaimer) Close() error {
 	return r.rd.Close()
 }
 
+// kick wakes the cycle's worker (a no-op before Start: Start schedules a
+// cycle at once).
 func (r *Reclaimer) kick() {
-	select {
-	case r.notify <- struct{}{}:
-	default:
+	r.mu.Lock()
+	w := r.cycleW
+	r.mu.Unlock()
+	if w != nil {
+		w.Notify()
 	}
 }
 
@@ -384,8 +388,11 @@ func (r *Reclaimer) nextCycleLocked() time.Duration {
 	return at
 }
 
-func (r *Reclaimer) worker() {
-	defer close(r.done)
+// loop is the cycle's worker: it answers RunNow and SweepNow, runs the
+// sweeps and cycles as they fall due, and otherwise sleeps until the next
+// is due or something kicks it. Its context is cancelled by Close.
+func (r *Reclaimer) loop(w *worker.Worker) {
+	ctx := w.Context()
 	for {
 		r.mu.Lock()
 		if r.mu.closed {
@@ -397,7 +404,7 @@ func (r *Reclaimer) worker() {
 			reqs := r.mu.runReqs
 			r.mu.runReqs = nil
 			r.mu.Unlock()
-			st, err := r.runScheduledCycle(TriggerManual)
+			st, err := r.runScheduledCycle(ctx, TriggerManual)
 			answer(reqs, result[CycleStats]{st, err})
 			continue
 		}
@@ -405,13 +412,13 @@ func (r *Reclaimer) worker() {
 			reqs := r.mu.sweepReqs
 			r.mu.sweepReqs = nil
 			r.mu.Unlock()
-			st, err := r.runScheduledSweep()
+			st, err := r.runScheduledSweep(ctx)
 			answer(reqs, result[SweepStats]{st, err})
 			continue
 		}
 		if r.mu.sweepKnown && r.mu.sweepAt <= now {
 			r.mu.Unlock()
-			r.runScheduledSweep()
+			r.runScheduledSweep(ctx)
 			continue
 		}
 		next := r.nextCycleLocked()
@@ -423,7 +430,7 @@ func (r *Reclaimer) worker() {
 				why = TriggerRetry
 			}
 			r.mu.Unlock()
-			r.runScheduledCycle(why)
+			r.runScheduledCycle(ctx, why)
 			continue
 		}
 		if r.mu.sweepKnown {
@@ -431,23 +438,23 @@ func (r *Reclaimer) worker() {
 		}
 		r.mu.idle, r.mu.sleepUntil = true, next
 		r.mu.Unlock()
-		var timer <-chan time.Time
+		wait := time.Duration(0) // never: until kicked
 		if next != never {
-			timer = r.clk.After(next - now)
+			wait = next - now
 		}
-		select {
-		case <-r.notify:
-		case <-timer:
-		}
+		ok := w.Wait(wait)
 		r.mu.Lock()
 		r.mu.idle = false
 		r.mu.Unlock()
+		if !ok {
+			return
+		}
 	}
 }
 
-// runScheduledCycle runs one cycle and updates the schedule from it; why
-// is its trigger ("": the pending trigger's reason).
-func (r *Reclaimer) runScheduledCycle(why string) (CycleStats, error) {
+// runScheduledCycle runs one cycle on ctx and updates the schedule from
+// it; why is its trigger ("": the pending trigger's reason).
+func (r *Reclaimer) runScheduledCycle(ctx context.Context, why string) (CycleStats, error) {
 	if pending := r.live.takePending(); why == "" {
 		why = pending
 	}
@@ -458,7 +465,7 @@ func (r *Reclaimer) runScheduledCycle(why string) (CycleStats, error) {
 	r.mu.lastCycle = r.clk.Mono()
 	r.mu.retryAt = 0
 	r.mu.Unlock()
-	st, err := r.cycle(r.ctx)
+	st, err := r.cycle(ctx)
 	r.mu.Lock()
 	if (err != nil || st.Retry) && !r.mu.closed && r.host.Fenced() == nil {
 		r.mu.retryAt = r.clk.Mono() + RetryDelay

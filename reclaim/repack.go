@@ -10,6 +10,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 	"ebbfs.dev/ebbfs/segread"
@@ -92,7 +93,7 @@ func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleS
 	}
 	jobCtx := context.WithoutCancel(ctx)
 	var (
-		wg     sync.WaitGroup
+		g      worker.Group // the admitted jobs
 		mu     sync.Mutex
 		errs   []error
 		failed atomic.Bool
@@ -111,9 +112,7 @@ func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleS
 			<-sem
 			break
 		}
-		wg.Add(1)
-		go func(j repackJob) {
-			defer wg.Done()
+		g.Go(func() {
 			defer func() { <-sem }()
 			defer mem.give(j.live)
 			js, err := r.runJob(jobCtx, j)
@@ -128,9 +127,9 @@ func (r *Reclaimer) repack(ctx context.Context, cands []counterEntry, st *CycleS
 				return
 			}
 			st.Repacks++
-		}(j)
+		})
 	}
-	wg.Wait()
+	g.Wait()
 	failpoint.Hit("repack-after-jobs")
 	return errors.Join(errs...)
 }
@@ -313,7 +312,7 @@ func groupRuns(src uint64, live []liveFrame) []frameRun {
 func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun, live *RepackJob) ([]fetched, error) {
 	results := make([][]fetched, len(runs))
 	var (
-		wg       sync.WaitGroup
+		g        worker.Group
 		mu       sync.Mutex
 		firstErr error
 	)
@@ -326,9 +325,7 @@ func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun, live *Repack
 			break
 		}
 		sem <- struct{}{}
-		wg.Add(1)
-		go func(i int, run frameRun) {
-			defer wg.Done()
+		g.Go(func() {
 			defer func() { <-sem }()
 			ids := make([]segment.FrameID, len(run.frames))
 			ps := make([]segment.Pointer, len(run.frames))
@@ -354,9 +351,9 @@ func (r *Reclaimer) fetchRuns(ctx context.Context, runs []frameRun, live *Repack
 			}
 			r.live.jobUpdate(live, func(j *RepackJob) { j.Gathered += got })
 			results[i] = out
-		}(i, run)
+		})
 	}
-	wg.Wait()
+	g.Wait()
 	if firstErr != nil {
 		return nil, firstErr
 	}

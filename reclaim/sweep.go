@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
+	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
@@ -88,12 +89,13 @@ func (r *Reclaimer) scheduleFirstSweep() {
 	r.mu.Unlock()
 }
 
-// runScheduledSweep runs a sweep and schedules the next one: SweepInterval
-// after this one started if it completed, after a back-off otherwise.
-func (r *Reclaimer) runScheduledSweep() (SweepStats, error) {
+// runScheduledSweep runs a sweep on ctx and schedules the next one:
+// SweepInterval after this one started if it completed, after a back-off
+// otherwise.
+func (r *Reclaimer) runScheduledSweep(ctx context.Context) (SweepStats, error) {
 	start := r.clk.Mono()
 	r.live.sweepStart()
-	st, err := r.sweep(r.ctx)
+	st, err := r.sweep(ctx)
 	r.live.sweepEnd(st, err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -148,7 +150,7 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 	var (
 		errs []error
 		mu   sync.Mutex
-		wg   sync.WaitGroup
+		g    worker.Group // the orphans being judged
 	)
 	sem := make(chan struct{}, DeleteParallel)
 	complete := true
@@ -200,10 +202,9 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 			st.Counterless++
 			mu.Unlock()
 			sem <- struct{}{}
-			wg.Add(1)
-			go func(id uint64, size int64) {
-				defer wg.Done()
+			g.Go(func() {
 				defer func() { <-sem }()
+				size := o.Size
 				out, err := r.judgeOrphan(ctx, id, size)
 				mu.Lock()
 				defer mu.Unlock()
@@ -222,10 +223,10 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 						complete = false
 					}
 				}
-			}(id, o.Size)
+			})
 		}
 	}
-	wg.Wait()
+	g.Wait()
 	st.Complete = complete
 	if complete {
 		err := r.host.MetaPut(LastSweepKey, encodeLastSweep(st.Start))

@@ -187,7 +187,7 @@ func TestSweepOnlyCompletedUpdatesTimestamp(t *testing.T) {
 	v.setLastSweep(encodeLastSweep(old))
 	orphan := v.orphan(1)
 	v.faulty.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpList}, Prefix: segment.ShardPrefix(7), Fail: true, Count: 1})
-	st, err := v.r.runScheduledSweep()
+	st, err := v.r.runScheduledSweep(v.ctx)
 	if err == nil || st.Complete {
 		t.Fatalf("sweep with a failed LIST: %+v, %v; want incomplete", st, err)
 	}
@@ -205,7 +205,7 @@ func TestSweepOnlyCompletedUpdatesTimestamp(t *testing.T) {
 		t.Fatalf("retry in %v, want %v", retry, RetryDelay)
 	}
 	v.clk.Advance(time.Hour)
-	st, err = v.r.runScheduledSweep()
+	st, err = v.r.runScheduledSweep(v.ctx)
 	if err != nil || !st.Complete {
 		t.Fatalf("%+v %v", st, err)
 	}
