@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"ebbfs.dev/ebbfs/internal/config"
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/internal/mountinfo"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -57,60 +56,6 @@ func newLogFile(t *testing.T) *logFile {
 func (l *logFile) String() string {
 	b, _ := os.ReadFile(l.f.Name())
 	return string(b)
-}
-
-var goroutineHeader = regexp.MustCompile(`^goroutine (\d+) \[`)
-
-// goroutines returns the stacks of every goroutine by id.
-func goroutines() map[string]string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	out := map[string]string{}
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if m := goroutineHeader.FindStringSubmatch(g); m != nil {
-			out[m[1]] = g
-		}
-	}
-	return out
-}
-
-// ownedByTheRuntime are goroutines the runtime or the test framework
-// starts on their own and keeps.
-var ownedByTheRuntime = []string{"runtime.ensureSigM", "os/signal.signal_recv"}
-
-// leftAfter waits up to d for the goroutines that did not exist in before
-// to end, and returns the stacks of those that remain.
-func leftAfter(before map[string]string, d time.Duration) []string {
-	deadline := time.Now().Add(d)
-	for {
-		var left []string
-	next:
-		for id, g := range goroutines() {
-			if _, ok := before[id]; ok {
-				continue
-			}
-			for _, r := range ownedByTheRuntime {
-				if strings.Contains(g, r) {
-					continue next
-				}
-			}
-			if strings.Contains(g, "daemon.leftAfter") {
-				continue // this one
-			}
-			left = append(left, g)
-		}
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // testConfig is a writer's configuration in dir, on ports the kernel picks.
@@ -155,7 +100,7 @@ func TestRunShutdownLeavesNothingBehind(t *testing.T) {
 	logs := newLogFile(t)
 	log := slog.New(slog.NewTextHandler(logs.f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
-	before := goroutines()
+	leaks := testutil.SnapshotGoroutines()
 	sigs := make(chan os.Signal, 2)
 	errc := make(chan error, 1)
 	go func() {
@@ -199,9 +144,7 @@ func TestRunShutdownLeavesNothingBehind(t *testing.T) {
 	if stopped < 0 || closed < 0 || stopped > closed {
 		t.Errorf("shutdown order: reclamation stopped at %d, final barrier at %d (want both, reclamation first); log:\n%s", stopped, closed, out)
 	}
-	if left := leftAfter(before, 10*time.Second); len(left) > 0 {
-		t.Errorf("%d goroutines outlive Run:\n\n%s", len(left), strings.Join(left, "\n\n"))
-	}
+	leaks.Check(t, 10*time.Second)
 
 	// The final barrier made the file durable: a new engine reads it.
 	e, err := fs.Open(context.Background(), fs.Options{Store: store, Keys: k, CacheDir: t.TempDir(), ReadOnly: true,
@@ -238,7 +181,7 @@ func readFile(t *testing.T, e *fs.Engine, name string) string {
 func TestSignalDuringStartup(t *testing.T) {
 	c := testConfig(t, t.TempDir())
 	logs := newLogFile(t)
-	before := goroutines()
+	leaks := testutil.SnapshotGoroutines()
 	sigs := make(chan os.Signal, 1)
 	unlocking := make(chan struct{})
 	errc := make(chan error, 1)
@@ -266,7 +209,5 @@ func TestSignalDuringStartup(t *testing.T) {
 	if _, ok, _ := mountinfo.Find(c.Mount.Path); ok {
 		t.Errorf("%s mounted", c.Mount.Path)
 	}
-	if left := leftAfter(before, 10*time.Second); len(left) > 0 {
-		t.Errorf("%d goroutines outlive Run:\n\n%s", len(left), strings.Join(left, "\n\n"))
-	}
+	leaks.Check(t, 10*time.Second)
 }
