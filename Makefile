@@ -22,9 +22,6 @@ TEST_TIMEOUT ?= 40m
 # end-to-end tests that run in parallel each start daemons, mounts and an
 # S3 server, and wait on conditions, so more than the core count helps.
 TEST_PARALLEL ?= 4
-# The model check make test runs first: the quick instances (make
-# model-quick). .ci/run sets it empty and runs make model beside the tests.
-MODEL_TEST ?= model-quick
 # Tests run on the test build: failpoints and the test time scale exist
 # only with this tag (production builds leave both out).
 TEST_TAGS   ?= ebbfs_testclock
@@ -83,13 +80,17 @@ deps:
 
 # The end-to-end tests (tests/) need root, /dev/fuse, fuse3, the NBD tools
 # and the S3 server; install-deps.sh brings them.
-test: deps $(MODEL_TEST)
-	EBBFS_MODEL_CHECKED=1 $(GO) test -tags $(TEST_TAGS) -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
+# The model's quick instances (make model-quick) run inside go test, as
+# docs/model's TestModelCheck, beside the other packages' tests;
+# EBBFS_MODEL_CHECKED=1 skips them (.ci/run sets it: it checks the full
+# bounds beside the tests).
+test: deps
+	$(GO) test -tags $(TEST_TAGS) -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 # make model: the Promela model of the reclamation protocol (docs/model),
 # checked exhaustively with spin at its full bounds; every mutant and
 # finding must give a counterexample. make model-quick: the same runs at
-# smaller bounds (a few minutes), which make test checks.
+# smaller bounds (a few minutes), which make test checks inside go test.
 model:
 	MODEL_SIZE=full bash docs/model/check.sh
 
