@@ -406,8 +406,10 @@ func (e *Engine) Close(ctx context.Context) error {
 		w.Close()
 	}
 	e.raGroup.Wait()
-	e.hostMu.Lock() // a cleaner transaction under way (CleanTombstones)
-	e.hostMu.Unlock()
+	// Wait for a cleaner transaction under way (CleanTombstones); one that
+	// starts later finds the engine closed.
+	e.hostMu.Lock()
+	defer e.hostMu.Unlock()
 	var err error
 	if !e.opts.ReadOnly {
 		err = e.finalBarrier(ctx)

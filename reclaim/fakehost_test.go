@@ -417,10 +417,3 @@ func (h *fakeHost) set(key, value []byte) {
 	defer h.mu.Unlock()
 	h.kv[string(key)] = bytes.Clone(value)
 }
-
-// fence makes every later write fail with err, as a lost lease does.
-func (h *fakeHost) fence(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.fenced = err
-}

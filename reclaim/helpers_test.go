@@ -456,13 +456,3 @@ func (v *env) metaChange(key, value []byte, del bool) {
 		v.t.Fatal(err)
 	}
 }
-
-// metaGet reads a metadata record.
-func (v *env) metaGet(key []byte) ([]byte, bool) {
-	v.t.Helper()
-	b, ok, err := v.host.MetaGet(key)
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	return b, ok
-}
