@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -23,7 +24,7 @@ func TestUploadedFramesReadFromDiskCache(t *testing.T) {
 	}
 	// One segment of 400 frames: more than the cache's queue once took
 	// one at a time.
-	data := randBytes(9, 400*extentSize)
+	data := testutil.RandBytes(9, 400*extentSize)
 	if n, err := e.Write(ctx, ino.Ino, data, 0); err != nil || n != len(data) {
 		t.Fatalf("write: %d, %v", n, err)
 	}
@@ -58,7 +59,7 @@ func TestPartialOverwriteFindsItsExtentInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const extents = 8
-	want := randBytes(3, extents*extentSize)
+	want := testutil.RandBytes(3, extents*extentSize)
 	write := func(off int, p []byte) {
 		t.Helper()
 		if n, err := e.Write(ctx, a.Ino, p, int64(off)); err != nil || n != len(p) {
@@ -73,7 +74,7 @@ func TestPartialOverwriteFindsItsExtentInMemory(t *testing.T) {
 	for round := 1; round <= 3; round++ {
 		before := e.rd.Stats()
 		for i := 0; i < extents; i++ {
-			write(i*extentSize+round*4096, randBytes(int64(10*round+i), 4096))
+			write(i*extentSize+round*4096, testutil.RandBytes(int64(10*round+i), 4096))
 		}
 		if err := e.Barrier(ctx); err != nil {
 			t.Fatal(err)

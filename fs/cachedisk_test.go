@@ -6,6 +6,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // TestCacheDiskFullRefusesNewWrites: with the cache directory's filesystem
@@ -27,10 +29,10 @@ func TestCacheDiskFullRefusesNewWrites(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	ino := f.create("a")
-	before := randBytes(1, 3*extentSize)
+	before := testutil.RandBytes(1, 3*extentSize)
 	f.write(ino, before, 0)
 	gone := f.create("gone")
-	f.write(gone, randBytes(2, extentSize), 0)
+	f.write(gone, testutil.RandBytes(2, extentSize), 0)
 
 	avail.Store(floor - 1)
 	if _, err := f.e.Write(ctx, ino, []byte("more"), int64(len(before))); !errors.Is(err, ErrNoSpace) {

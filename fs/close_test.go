@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,26 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm/schema"
 )
-
-// lockedBuf collects log output from several goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestCloseWaitsForCleanerBeforeFinalBarrier is the case behind "closing
 // with batches not in any journal": the tombstone cleaner committed its
@@ -39,7 +21,7 @@ func (l *lockedBuf) String() string {
 // sees it.
 func TestCloseWaitsForCleanerBeforeFinalBarrier(t *testing.T) {
 	f := newTestFS(t)
-	var logs lockedBuf
+	var logs testutil.SyncBuffer
 	f.e.Close(context.Background())
 	e, err := Open(context.Background(), Options{
 		Store: f.store, Keys: f.keys, CacheDir: t.TempDir(), SegmentTarget: 1 << 20,
@@ -50,7 +32,7 @@ func TestCloseWaitsForCleanerBeforeFinalBarrier(t *testing.T) {
 	}
 	f.e = e
 	ino := f.create("big")
-	f.write(ino, randBytes(1, (InlineDeleteExtents+5)*extentSize), 0)
+	f.write(ino, testutil.RandBytes(1, (InlineDeleteExtents+5)*extentSize), 0)
 	if err := e.Barrier(context.Background()); err != nil {
 		t.Fatal(err)
 	}

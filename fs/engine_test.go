@@ -5,22 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
-func init() {
-	KDFForTests = func() keys.KDFParams {
-		p := keys.DefaultKDF()
-		p.Time, p.MemoryKiB, p.Threads = 1, 64, 1
-		return p
-	}
-}
+func init() { KDFForTests = testutil.FastKDF }
 
 type testFS struct {
 	t     *testing.T
@@ -135,17 +129,11 @@ func (f *testFS) lookup(name string) Attr {
 	return a
 }
 
-func randBytes(seed int64, n int) []byte {
-	b := make([]byte, n)
-	rand.New(rand.NewSource(seed)).Read(b)
-	return b
-}
-
 func TestWriteBarrierRecover(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	ino := f.create("a")
-	data := randBytes(1, 3*extentSize+1234)
+	data := testutil.RandBytes(1, 3*extentSize+1234)
 	f.write(ino, data, 0)
 	if got := f.read(ino, len(data)+10, 0); !bytes.Equal(got, data) {
 		t.Fatal("read before barrier differs")
@@ -171,15 +159,15 @@ func TestOverwriteDebitsCounter(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	ino := f.create("a")
-	f.write(ino, randBytes(2, 4*extentSize), 0)
+	f.write(ino, testutil.RandBytes(2, 4*extentSize), 0)
 	f.e.Barrier(ctx)
-	f.write(ino, randBytes(3, 100), 5)
-	f.write(ino, randBytes(4, extentSize), extentSize)
+	f.write(ino, testutil.RandBytes(3, 100), 5)
+	f.write(ino, testutil.RandBytes(4, extentSize), extentSize)
 	f.e.Barrier(ctx)
 	f.fsck()
-	want := randBytes(2, 4*extentSize)
-	copy(want[5:], randBytes(3, 100))
-	copy(want[extentSize:], randBytes(4, extentSize))
+	want := testutil.RandBytes(2, 4*extentSize)
+	copy(want[5:], testutil.RandBytes(3, 100))
+	copy(want[extentSize:], testutil.RandBytes(4, extentSize))
 	if got := f.read(ino, len(want), 0); !bytes.Equal(got, want) {
 		t.Fatal("overwritten content differs")
 	}
@@ -189,7 +177,7 @@ func TestTruncateAndPunch(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	ino := f.create("a")
-	data := randBytes(5, 8*extentSize)
+	data := testutil.RandBytes(5, 8*extentSize)
 	f.write(ino, data, 0)
 	f.e.Barrier(ctx)
 	if err := f.e.Punch(ctx, ino, extentSize+100, 3*extentSize); err != nil {
@@ -227,11 +215,11 @@ func TestUnlinkPaths(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	small := f.create("small")
-	f.write(small, randBytes(6, 3*extentSize), 0)
+	f.write(small, testutil.RandBytes(6, 3*extentSize), 0)
 	big := f.create("big")
-	f.write(big, randBytes(7, 20*extentSize), 0)
+	f.write(big, testutil.RandBytes(7, 20*extentSize), 0)
 	open := f.create("open")
-	f.write(open, randBytes(8, 2*extentSize), 0)
+	f.write(open, testutil.RandBytes(8, 2*extentSize), 0)
 	f.e.Barrier(ctx)
 	if err := f.e.Open(ctx, open); err != nil {
 		t.Fatal(err)
@@ -242,7 +230,7 @@ func TestUnlinkPaths(t *testing.T) {
 		}
 	}
 	// The open file stays readable until its last close.
-	if got := f.read(open, 2*extentSize, 0); !bytes.Equal(got, randBytes(8, 2*extentSize)) {
+	if got := f.read(open, 2*extentSize, 0); !bytes.Equal(got, testutil.RandBytes(8, 2*extentSize)) {
 		t.Fatal("unlinked open file unreadable")
 	}
 	if err := f.e.Release(ctx, open); err != nil {
@@ -366,14 +354,14 @@ func TestSizeSurvivesEvictionAfterRacingFlush(t *testing.T) {
 	}
 	defer e.Close(ctx)
 	a, _ := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
-	e.Write(ctx, a.Ino, randBytes(1, 100<<10), 0)
+	e.Write(ctx, a.Ino, testutil.RandBytes(1, 100<<10), 0)
 	e.Barrier(ctx)
 	e.Write(ctx, a.Ino, []byte("x"), 50<<10)
 	slow.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: "segments/", Latency: 300 * time.Millisecond, Count: 1})
 	done := make(chan error, 1)
 	go func() { done <- e.Seal(ctx) }()
 	time.Sleep(100 * time.Millisecond) // the seal's snapshot is taken; its upload is slow
-	e.Write(ctx, a.Ino, randBytes(2, 50<<10), 250<<10)
+	e.Write(ctx, a.Ino, testutil.RandBytes(2, 50<<10), 250<<10)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +393,7 @@ func TestFailedCommitKeepsDirtyData(t *testing.T) {
 	var datas [][]byte
 	for i := range 3 {
 		inos = append(inos, f.create(fmt.Sprint("f", i)))
-		datas = append(datas, randBytes(int64(10+i), 5*extentSize+777))
+		datas = append(datas, testutil.RandBytes(int64(10+i), 5*extentSize+777))
 		f.write(inos[i], datas[i], 0)
 	}
 	var commits atomic.Int64
@@ -429,7 +417,7 @@ func TestFailedCommitKeepsDirtyData(t *testing.T) {
 	}
 	// New writes reuse recycled buffers; the committed files are unchanged.
 	extra := f.create("extra")
-	more := randBytes(99, 8*extentSize)
+	more := testutil.RandBytes(99, 8*extentSize)
 	f.write(extra, more, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)

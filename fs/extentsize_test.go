@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -66,7 +67,7 @@ func TestExtentSizeAttribute(t *testing.T) {
 	}
 
 	// 10 KiB of data is three 4 KiB extents, and then the size is fixed.
-	data := randBytes(1, 10<<10)
+	data := testutil.RandBytes(1, 10<<10)
 	f.write(fa.Ino, data, 0)
 	if err := f.setExtentSize(fa.Ino, "8192"); !errors.Is(err, ErrBusy) {
 		t.Fatalf("changing the extent size of a file with data: %v, want ErrBusy", err)
@@ -134,7 +135,7 @@ func TestSmallExtentsRewriteOnlyWhatIsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	const size = 4 << 20
-	want := randBytes(2, size)
+	want := testutil.RandBytes(2, size)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func TestSmallExtentsRewriteOnlyWhatIsWritten(t *testing.T) {
 	before, reqs := f.e.rd.Stats(), store.CountsFor("segments/")
 	for i := 0; i < 256; i++ {
 		off := (i * 97 % (size / 4096)) * 4096
-		p := randBytes(int64(100+i), 4096)
+		p := testutil.RandBytes(int64(100+i), 4096)
 		f.write(ino, p, int64(off))
 		copy(want[off:], p)
 	}
@@ -179,7 +180,7 @@ func TestReplicaFollowsExtentSizeChange(t *testing.T) {
 	if err := f.setExtentSize(ino, "4096"); err != nil {
 		t.Fatal(err)
 	}
-	data := randBytes(4, 10<<10)
+	data := testutil.RandBytes(4, 10<<10)
 	f.write(ino, data, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -206,7 +207,7 @@ func TestSegmentsCommitInOrder(t *testing.T) {
 	gate := &putGate{Store: counting}
 	f := newTestFSOn(t, gate)
 	ino := f.create("f")
-	data := randBytes(5, 3<<20) // three segments of 1 MiB (SegmentTarget)
+	data := testutil.RandBytes(5, 3<<20) // three segments of 1 MiB (SegmentTarget)
 	f.write(ino, data, 0)
 	before := counting.CountsFor("segments/").Put
 	entered, release := gate.arm()
@@ -251,7 +252,7 @@ func TestRandomReadsReadOnlyTheirPieces(t *testing.T) {
 	f := newTestFSOn(t, store)
 	ino := f.create("db")
 	const size = 1 << 20
-	want := randBytes(3, size)
+	want := testutil.RandBytes(3, size)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -284,7 +285,7 @@ func TestColdReadAcrossExtentsOneGet(t *testing.T) {
 	f := newTestFSOn(t, store)
 	ino := f.create("img")
 	const es = 32 << 10
-	want := randBytes(9, 8*es)
+	want := testutil.RandBytes(9, 8*es)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -318,17 +319,17 @@ func TestQuotaCountsADeleteAtOnce(t *testing.T) {
 	}
 	f.e = e
 	ino := f.create("fill")
-	f.write(ino, randBytes(4, 1900<<10), 0) // 60 extents: deleted by the cleaner
+	f.write(ino, testutil.RandBytes(4, 1900<<10), 0) // 60 extents: deleted by the cleaner
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.e.Write(ctx, f.create("more"), randBytes(5, 1<<20), 0); !errors.Is(err, ErrNoSpace) {
+	if _, err := f.e.Write(ctx, f.create("more"), testutil.RandBytes(5, 1<<20), 0); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("a write past the quota: %v, want ErrNoSpace", err)
 	}
 	if err := f.e.Unlink(ctx, RootIno, "fill"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.e.Write(ctx, f.create("after"), randBytes(6, 1<<20), 0); err != nil {
+	if _, err := f.e.Write(ctx, f.create("after"), testutil.RandBytes(6, 1<<20), 0); err != nil {
 		t.Fatalf("a write after deleting the file that filled the quota: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -32,11 +33,11 @@ func TestStoreOutageBarrierWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
-	first := randBytes(1, 200<<10)
+	first := testutil.RandBytes(1, 200<<10)
 	e.Write(ctx, a.Ino, first, 0)
 	faulty.Outage(30 * time.Second)
 	start := time.Now()
-	second := randBytes(2, 300<<10)
+	second := testutil.RandBytes(2, 300<<10)
 	if _, err := e.Write(ctx, a.Ino, second, int64(len(first))); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestTamperedSegmentIsEIO(t *testing.T) {
 	}
 	defer e.Close(ctx)
 	a, _ := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
-	data := randBytes(3, 4*extentSize)
+	data := testutil.RandBytes(3, 4*extentSize)
 	e.Write(ctx, a.Ino, data, 0)
 	if err := e.Barrier(ctx); err != nil {
 		t.Fatal(err)

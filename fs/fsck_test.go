@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm/schema"
 )
 
@@ -89,7 +90,7 @@ func TestFsckFailsOnScanError(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	ino := f.create("a")
-	f.write(ino, randBytes(1, 3*4096), 0)
+	f.write(ino, testutil.RandBytes(1, 3*4096), 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -29,7 +30,7 @@ func TestReadWaitsForStoreWithoutInodeLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := randBytes(3, 4*extentSize)
+	data := testutil.RandBytes(3, 4*extentSize)
 	if _, err := e.Write(ctx, a.Ino, data, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -43,10 +44,10 @@ func TestRandomPieceReads(t *testing.T) {
 				}
 				size := 10*es - 777
 				want := make([]byte, size)
-				a := randBytes(21, 4*es+es-3000) // extent 4 short: zeroes after it
+				a := testutil.RandBytes(21, 4*es+es-3000) // extent 4 short: zeroes after it
 				copy(want, a)
 				f.write(ino, a, 0)
-				b := randBytes(22, size-6*es)
+				b := testutil.RandBytes(22, size-6*es)
 				copy(want[6*es:], b)
 				f.write(ino, b, int64(6*es))
 				if err := f.e.Barrier(ctx); err != nil {
@@ -100,7 +101,7 @@ func TestDamagedDiskPieceRetried(t *testing.T) {
 	f := newTestFSOn(t, s)
 	ino := f.create("d")
 	const es = 32 << 10
-	want := randBytes(31, 4*es)
+	want := testutil.RandBytes(31, 4*es)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)

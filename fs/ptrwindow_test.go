@@ -7,6 +7,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // TestStreamPointerWindow: a sequential read looks up the pointers of the
@@ -19,7 +21,7 @@ func TestStreamPointerWindow(t *testing.T) {
 	f := newTestFS(t)
 	ino := f.create("w")
 	const size, chunk = 12 << 20, 1 << 20
-	want := randBytes(7, size)
+	want := testutil.RandBytes(7, size)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -52,7 +54,7 @@ func TestStreamPointerWindow(t *testing.T) {
 	// overwritten and committed: the reads after must see the new bytes.
 	read(streamWindow)
 	at := streamWindow + chunk + 4096
-	fresh := randBytes(8, 3*extentSize)
+	fresh := testutil.RandBytes(8, 3*extentSize)
 	f.write(ino, fresh, int64(at))
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -74,7 +76,7 @@ func TestRandomPointerWindows(t *testing.T) {
 	f := newTestFS(t)
 	ino := f.create("r")
 	const size = 4 * randomWindow
-	want := randBytes(9, size)
+	want := testutil.RandBytes(9, size)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -107,7 +109,7 @@ func TestRandomPointerWindows(t *testing.T) {
 
 	// An overwrite inside the window, committed: the reads see it.
 	at := randomWindow + 3*extentSize + 100
-	fresh := randBytes(10, 4096)
+	fresh := testutil.RandBytes(10, 4096)
 	f.write(ino, fresh, int64(at))
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -141,7 +143,7 @@ func TestRandomPointerWindows(t *testing.T) {
 	reset()
 	before = committedScans.Load()
 	for i, off := range offs[:8] {
-		b := randBytes(int64(20+i), 10)
+		b := testutil.RandBytes(int64(20+i), 10)
 		f.write(ino, b, int64(3*randomWindow+i*extentSize))
 		copy(want[3*randomWindow+i*extentSize:], b)
 		if err := f.e.Barrier(ctx); err != nil {
@@ -166,7 +168,7 @@ func TestRandomPointerWindows(t *testing.T) {
 	if _, err := f.e.SetAttr(ctx, ino, SetAttr{Valid: SetSize, Size: uint64(cut)}); err != nil {
 		t.Fatal(err)
 	}
-	tail := randBytes(11, 4096)
+	tail := testutil.RandBytes(11, 4096)
 	f.write(ino, tail, int64(randomWindow+10*extentSize))
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -31,7 +32,7 @@ func testReadVec(t *testing.T, f *testFS) {
 	ctx := context.Background()
 	ino := f.create("v")
 	size := 12*extentSize - 100
-	want := randBytes(9, size)
+	want := testutil.RandBytes(9, size)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func testReadVec(t *testing.T, f *testFS) {
 		t.Fatal(err)
 	}
 	f.reopen()
-	dirty := randBytes(10, 500)
+	dirty := testutil.RandBytes(10, 500)
 	f.write(ino, dirty, 7*extentSize+300) // stays dirty: no barrier
 	copy(want[7*extentSize+300:], dirty)
 
@@ -165,7 +166,7 @@ func TestLocalReadAheadServesStream(t *testing.T) {
 	f := newTestFSOn(t, c)
 	ino := f.create("s")
 	const size, chunk = 24 << 20, 1 << 20
-	want := randBytes(3, size)
+	want := testutil.RandBytes(3, size)
 	f.write(ino, want, 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 )
@@ -17,7 +18,7 @@ func TestReclaimHostMetadataCalls(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	ino := f.create("a")
-	f.write(ino, randBytes(1, 2*extentSize), 0)
+	f.write(ino, testutil.RandBytes(1, 2*extentSize), 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}

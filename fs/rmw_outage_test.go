@@ -5,6 +5,7 @@ import (
 	"context"
 	"testing"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -18,7 +19,7 @@ func TestPartialWritesWaitOutStoreErrors(t *testing.T) {
 	fs := objstore.NewFaulty(objstore.NewMem())
 	f := newTestFSOn(t, fs)
 	ino := f.create("f")
-	orig := randBytes(5, 4*extentSize)
+	orig := testutil.RandBytes(5, 4*extentSize)
 	// Each extent in a segment of its own: a read of one does not bring
 	// the next into the cache.
 	for i := 0; i < len(orig); i += extentSize {
@@ -32,7 +33,7 @@ func TestPartialWritesWaitOutStoreErrors(t *testing.T) {
 	}
 	f.reopen() // nothing cached
 	id := fs.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, Prefix: "segments/", Skip: 1, Count: 6, Fail: true})
-	patch := randBytes(6, extentSize)
+	patch := testutil.RandBytes(6, extentSize)
 	off := int64(extentSize / 2)
 	if n, err := f.e.Write(ctx, ino, patch, off); err != nil || n != len(patch) {
 		t.Fatalf("write over two partial extents: %d, %v", n, err)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -30,7 +31,7 @@ func TestLocalSegmentBuffersReused(t *testing.T) {
 	reused := segBufsReused.Load()
 	for round := range 3 {
 		for i, ino := range inos {
-			data := randBytes(int64(10*round+i), size)
+			data := testutil.RandBytes(int64(10*round+i), size)
 			if round > 0 { // compressible halves too: frames of other lengths
 				copy(data[size/2:], bytes.Repeat([]byte("segment buffer "), size/30))
 			}
@@ -112,7 +113,7 @@ func TestRemoteSegmentBuffersReused(t *testing.T) {
 	reused := segBufsReused.Load()
 	for round := range 3 {
 		for i, ino := range inos {
-			data := randBytes(int64(100+10*round+i), size)
+			data := testutil.RandBytes(int64(100+10*round+i), size)
 			if n, err := e.Write(ctx, ino, data, 0); err != nil || n != len(data) {
 				t.Fatalf("write: %d, %v", n, err)
 			}

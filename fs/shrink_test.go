@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -41,7 +42,7 @@ func (f *testFS) replica(clk clock.Clock) *Engine {
 func TestReadPastShrink(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	orig := randBytes(7, 10*extentSize)
+	orig := testutil.RandBytes(7, 10*extentSize)
 	ino := f.durableFile(orig)
 	clk := clock.NewFake(time.Now())
 	r := f.replica(clk)
@@ -110,7 +111,7 @@ func TestReadPastShrink(t *testing.T) {
 func TestReadPastShrinksGivesOneState(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	ino := f.durableFile(randBytes(1, extentSize+extentSize/2))
+	ino := f.durableFile(testutil.RandBytes(1, extentSize+extentSize/2))
 	r := f.replica(nil)
 	step := func(size int64, data []byte) {
 		t.Helper()
@@ -127,7 +128,7 @@ func TestReadPastShrinksGivesOneState(t *testing.T) {
 		}
 	}
 	step(extentSize, nil) // shrink to one extent
-	grown := randBytes(2, 5*extentSize)
+	grown := testutil.RandBytes(2, 5*extentSize)
 	step(extentSize, grown) // grow to six extents
 	step(2*extentSize, nil) // and shrink to two
 	buf := make([]byte, 4*extentSize)
@@ -160,14 +161,14 @@ func zeroExtents(b []byte) []int {
 func TestReplicaReadReResolvesGoneSegment(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	ino := f.durableFile(randBytes(3, 3*extentSize))
+	ino := f.durableFile(testutil.RandBytes(3, 3*extentSize))
 	before, err := objstore.ListAll(ctx, f.store, "segments/")
 	if err != nil || len(before) == 0 {
 		t.Fatalf("segments before the overwrite: %v, %v", before, err)
 	}
 	r := f.replica(nil)
 
-	now := randBytes(4, 3*extentSize)
+	now := testutil.RandBytes(4, 3*extentSize)
 	f.write(ino, now, 0)
 	if err := f.e.Seal(ctx); err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func TestReplicaReadReResolvesGoneSegment(t *testing.T) {
 func TestReadPastTwoShrinksUsesTheStateThatCoversIt(t *testing.T) {
 	ctx := context.Background()
 	f := newTestFS(t)
-	orig := randBytes(11, 10*extentSize)
+	orig := testutil.RandBytes(11, 10*extentSize)
 	ino := f.durableFile(orig)
 	r := f.replica(nil)
 	for _, size := range []uint64{4 * extentSize, extentSize} {

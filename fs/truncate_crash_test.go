@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/objstore"
 )
@@ -50,7 +51,7 @@ func TestShrinkThenCrashThenGrowReadsZeroes(t *testing.T) {
 			// Other dirty data, so that the next barrier's flush uploads
 			// (slowly) while the truncation commits.
 			g, _ := e.Create(ctx, RootIno, "g", 0o644, 0, 0)
-			if _, err := e.Write(ctx, g.Ino, randBytes(1, extentSize), 0); err != nil {
+			if _, err := e.Write(ctx, g.Ino, testutil.RandBytes(1, extentSize), 0); err != nil {
 				t.Fatal(err)
 			}
 			slow.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: "segments/", Latency: 300 * time.Millisecond})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
 )
@@ -59,7 +60,7 @@ func TestPunchEdgeReadDoesNotStallBarrier(t *testing.T) {
 	g := &gateStore{Store: objstore.NewMem()}
 	f := newTestFSOn(t, g)
 	ctx := context.Background()
-	data := randBytes(1, 4*extentSize)
+	data := testutil.RandBytes(1, 4*extentSize)
 	ino := f.create("disk")
 	f.write(ino, data, 0)
 	f.reopen() // empty caches: the edge must come from the store
@@ -74,7 +75,7 @@ func TestPunchEdgeReadDoesNotStallBarrier(t *testing.T) {
 		t.Fatal("the punch never read its edge")
 	}
 	other := f.create("other")
-	f.write(other, randBytes(2, 3*extentSize), 0)
+	f.write(other, testutil.RandBytes(2, 3*extentSize), 0)
 	barrier := make(chan error, 1)
 	go func() { barrier <- f.e.Barrier(ctx) }()
 	select {
@@ -166,7 +167,7 @@ func TestTruncateHugeSparseFile(t *testing.T) {
 		t.Fatalf("SEEK_DATA found data at %d (err %v) in the truncated range", off, err)
 	}
 	// New data inside the range, before the cleaner ran.
-	fresh := randBytes(3, 2*extentSize)
+	fresh := testutil.RandBytes(3, 2*extentSize)
 	f.write(ino, fresh, 9*stride)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
@@ -205,7 +206,7 @@ func TestSmallPunchInline(t *testing.T) {
 	f := newTestFS(t)
 	ctx := context.Background()
 	ino := f.create("f")
-	f.write(ino, randBytes(4, 40*extentSize), 0)
+	f.write(ino, testutil.RandBytes(4, 40*extentSize), 0)
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 	}
 
 	a, _ := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
-	e.Write(ctx, a.Ino, randBytes(1, 10*extentSize), 0)
+	e.Write(ctx, a.Ino, testutil.RandBytes(1, 10*extentSize), 0)
 	entered, release := gate.arm()
 	done := make(chan error, 1)
 	go func() { done <- e.Seal(ctx) }()
@@ -272,7 +273,7 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 	if _, err := e.SetAttr(ctx, a.Ino, SetAttr{Valid: SetSize, Size: 3 * extentSize}); err != nil {
 		t.Fatal(err)
 	}
-	e.Write(ctx, a.Ino, randBytes(2, 3*extentSize), 3*extentSize)
+	e.Write(ctx, a.Ino, testutil.RandBytes(2, 3*extentSize), 3*extentSize)
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -298,7 +299,7 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 	}
 	slow.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: "segments/", Latency: 300 * time.Millisecond})
 	b, _ := e.Create(ctx, RootIno, "g", 0o644, 0, 0)
-	e.Write(ctx, b.Ino, randBytes(3, 64*extentSize), 0)
+	e.Write(ctx, b.Ino, testutil.RandBytes(3, 64*extentSize), 0)
 	go func() { done <- e.Seal(ctx) }()
 	checks := 0
 	for waiting := true; waiting; {

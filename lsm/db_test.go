@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -326,8 +327,8 @@ func TestAutoPublishAfterManifestEvery(t *testing.T) {
 		set(t, db, fmt.Sprintf("i%d", i), "v")
 		barrier(t, db)
 	}
-	waitFor(t, func() bool { return len(keysUnder(t, s, manifestPrefix)) == 1 })
-	waitFor(t, func() bool { return len(keysUnder(t, s, journalPrefix)) == 0 })
+	testutil.Eventually(t, 5*time.Second, "one manifest left", func() bool { return len(keysUnder(t, s, manifestPrefix)) == 1 })
+	testutil.Eventually(t, 5*time.Second, "no journal left", func() bool { return len(keysUnder(t, s, journalPrefix)) == 0 })
 	if db.LatestManifest() == 0 {
 		t.Fatal("LatestManifest not updated by the background publisher")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -97,7 +98,7 @@ func TestHeartbeatKeepsLeaseAndCloseReleases(t *testing.T) {
 	for fc.Now().Sub(start) < time.Minute { // a minute of heartbeats
 		prev := readLease(t, s).Heartbeat
 		fc.Advance(6 * time.Second)
-		waitFor(t, func() bool {
+		testutil.Eventually(t, 5*time.Second, "a newer heartbeat", func() bool {
 			if readLease(t, s).Heartbeat.After(prev) {
 				return true
 			}
@@ -132,17 +133,6 @@ func readLease(t testing.TB, s objstore.Store) Lease {
 		t.Fatal(err)
 	}
 	return l
-}
-
-func waitFor(t testing.TB, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // A zombie (partitioned from the lease, still able to write journals) is
@@ -253,7 +243,7 @@ func TestHeartbeatLossFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc.Advance(7 * time.Second)
-	waitFor(t, func() bool { return db.Fenced() != nil })
+	testutil.Eventually(t, 5*time.Second, "the zombie fenced", func() bool { return db.Fenced() != nil })
 	set2 := db.NewBatch()
 	_ = set2.Set([]byte("ia"), []byte("1"))
 	if err := db.Commit(set2); !errors.Is(err, ErrFenced) {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm/schema"
 )
 
@@ -46,7 +47,7 @@ func TestCleanerRemovesTombstonedPointers(t *testing.T) {
 	kept, _ := v.fh.write(v.ctx, 2, 11, 0, 3)
 	v.fh.unlink(10)
 	v.r.Start()
-	waitFor(t, "the cleaner to remove the deleted file's pointers", func() bool { return v.extents(10) == 0 })
+	testutil.Eventually(t, waitTimeout, "the cleaner to remove the deleted file's pointers", func() bool { return v.extents(10) == 0 })
 	if l := v.live(gone); l != 0 {
 		t.Errorf("deleted file's segment: %d live bytes, want 0", l)
 	}
@@ -56,7 +57,7 @@ func TestCleanerRemovesTombstonedPointers(t *testing.T) {
 	if _, ok, _ := v.host.MetaGet(schema.TombstoneKey(10)); ok {
 		t.Error("the tombstone survived its file's last pointer")
 	}
-	waitFor(t, "the cleaner's figures", func() bool { return stats.Snapshot().CleanerBatches == 1 })
+	testutil.Eventually(t, waitTimeout, "the cleaner's figures", func() bool { return stats.Snapshot().CleanerBatches == 1 })
 	s := stats.Snapshot()
 	if s.TombstonesProcessed != 1 || s.ExtentsCleaned != 12 || s.BytesCleaned == 0 || s.LastBatch.Extents != 12 || s.LastBatch.At.IsZero() {
 		t.Errorf("cleaner figures %+v, want 1 tombstone, 12 extents and their bytes", s)
@@ -78,23 +79,23 @@ func TestCleanerWakesOnTombstone(t *testing.T) {
 	trig.Tombstoned() // before Attach: dropped; the first pass finds it
 	trig.Attach(v.r)
 	v.r.Start()
-	waitFor(t, "the cleaner's first pass", func() bool { return calls.Load() == 1 && v.clk.Waiters() > 0 })
+	testutil.Eventually(t, waitTimeout, "the cleaner's first pass", func() bool { return calls.Load() == 1 && v.clk.Waiters() > 0 })
 
 	v.fh.write(v.ctx, 1, 10, 0, 2)
 	v.fh.unlink(10)
 	trig.Tombstoned()
-	waitFor(t, "the woken cleaner", func() bool { return v.extents(10) == 0 })
+	testutil.Eventually(t, waitTimeout, "the woken cleaner", func() bool { return v.extents(10) == 0 })
 	// The pass that cleaned is followed by one that finds nothing; then
 	// the cleaner sleeps.
-	waitFor(t, "the pass after the cleaning one", func() bool { return calls.Load() == 3 })
+	testutil.Eventually(t, waitTimeout, "the pass after the cleaning one", func() bool { return calls.Load() == 3 })
 
 	v.fh.write(v.ctx, 2, 11, 0, 2)
 	v.fh.unlink(11)
-	waitFor(t, "a timer on the fake clock", func() bool { return v.clk.Waiters() > 0 })
+	testutil.Eventually(t, waitTimeout, "a timer on the fake clock", func() bool { return v.clk.Waiters() > 0 })
 	if v.extents(11) != 2 || calls.Load() != 3 {
 		t.Fatal("the cleaner ran with neither a wake-up nor its idle time passed")
 	}
-	waitFor(t, "the cleaner after its idle time", func() bool {
+	testutil.Eventually(t, waitTimeout, "the cleaner after its idle time", func() bool {
 		v.clk.Advance(CleanerIdle)
 		return v.extents(11) == 0
 	})
@@ -112,7 +113,7 @@ func TestCleanerRepeatsWhileWorkRemains(t *testing.T) {
 		return 1, 0, 0, nil // the last pass finishes a tombstone
 	}
 	v.r.Start()
-	waitFor(t, "four passes", func() bool { return calls.Load() >= 4 && v.clk.Waiters() > 0 })
+	testutil.Eventually(t, waitTimeout, "four passes", func() bool { return calls.Load() >= 4 && v.clk.Waiters() > 0 })
 	if n := calls.Load(); n != 4 {
 		t.Fatalf("%d passes without a wake-up, want 4", n)
 	}
@@ -136,7 +137,7 @@ func TestCleanerLogsErrorsAndGoesOn(t *testing.T) {
 		return 0, 0, 0, nil
 	}
 	v.r.Start()
-	waitFor(t, "the failed pass", func() bool { return calls.Load() == 1 && v.clk.Waiters() > 0 })
+	testutil.Eventually(t, waitTimeout, "the failed pass", func() bool { return calls.Load() == 1 && v.clk.Waiters() > 0 })
 	if !strings.Contains(v.logBuf.String(), "tombstone cleaner") || !strings.Contains(v.logBuf.String(), boom.Error()) {
 		t.Fatalf("the failure was not logged:\n%s", v.logBuf)
 	}
@@ -144,7 +145,7 @@ func TestCleanerLogsErrorsAndGoesOn(t *testing.T) {
 		t.Fatalf("figures %+v: the failed pass's committed part not counted", s)
 	}
 	v.r.Tombstoned()
-	waitFor(t, "the cleaner to run again", func() bool { return calls.Load() == 2 })
+	testutil.Eventually(t, waitTimeout, "the cleaner to run again", func() bool { return calls.Load() == 2 })
 }
 
 // TestCleanerStopsAtClose: Close stops the cleaner (no pass after it), a
@@ -159,7 +160,7 @@ func TestCleanerStopsAtClose(t *testing.T) {
 	}
 	v.r.Tombstoned() // not started: nothing to wake
 	v.r.Start()
-	waitFor(t, "the first pass", func() bool { return calls.Load() == 1 })
+	testutil.Eventually(t, waitTimeout, "the first pass", func() bool { return calls.Load() == 1 })
 	if err := v.r.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package reclaim
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -16,19 +15,17 @@ import (
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/clock"
 	"ebbfs.dev/ebbfs/internal/keys"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
 
-func init() {
-	fs.KDFForTests = func() keys.KDFParams {
-		p := keys.DefaultKDF()
-		p.Time, p.MemoryKiB, p.Threads = 1, 64, 1
-		return p
-	}
-}
+func init() { fs.KDFForTests = testutil.FastKDF }
+
+// waitTimeout is how long the tests wait (real time) for a condition.
+const waitTimeout = 20 * time.Second
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
@@ -69,7 +66,7 @@ type env struct {
 	keys   *keys.Keys
 	clk    *clock.Fake
 	log    *slog.Logger
-	logBuf *syncBuffer
+	logBuf *testutil.SyncBuffer
 	e      *fs.Engine // nil on a fake host
 	fh     *fakeHost  // nil on a real engine
 	host   Host       // e or fh
@@ -80,23 +77,6 @@ type env struct {
 	seed   int64
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // newEngineEnv is an env on a real engine.
 func newEngineEnv(t testing.TB, mod ...func(*Options)) *env { return newEnvOn(t, false, mod...) }
 
@@ -105,7 +85,7 @@ func newFakeEnv(t testing.TB, mod ...func(*Options)) *env { return newEnvOn(t, t
 
 func newEnvOn(t testing.TB, fake bool, mod ...func(*Options)) *env {
 	t.Helper()
-	v := &env{t: t, ctx: context.Background(), mem: objstore.NewMem(), clk: clock.NewFake(t0), cps: &fakeCheckpoints{}, logBuf: &syncBuffer{}}
+	v := &env{t: t, ctx: context.Background(), mem: objstore.NewMem(), clk: clock.NewFake(t0), cps: &fakeCheckpoints{}, logBuf: &testutil.SyncBuffer{}}
 	v.faulty = objstore.NewFaulty(v.mem)
 	v.count = objstore.NewCounting(v.faulty)
 	var w io.Writer = v.logBuf
@@ -348,22 +328,10 @@ func (v *env) deadline(id uint64) (time.Duration, bool) {
 // segs returns the segment ids the extents of ino point into.
 func (v *env) segOf(ino uint64, idx uint64) uint64 { return v.pointer(ino, idx).Segment }
 
-// waitFor polls cond (real time) for up to 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // settle waits until the started worker sleeps with nothing due.
 func (v *env) settle() {
 	v.t.Helper()
-	waitFor(v.t, "the reclaimer to settle", v.r.settled)
+	testutil.Eventually(v.t, waitTimeout, "the reclaimer to settle", v.r.settled)
 }
 
 // advance moves the fake clock and lets the worker react.

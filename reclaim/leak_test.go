@@ -58,7 +58,7 @@ func TestNoGoroutineOutlivesClose(t *testing.T) {
 	gc := NewMetaGC(MetaGCOptions{Store: v.count, DB: fakeMetaDB{}, Clock: v.clk, Logger: v.log})
 	gc.Trigger() // before Start: a pass as soon as it starts
 	gc.Start()
-	waitFor(t, "a metadata gc pass", func() bool { _, n := gc.LastPass(); return n > 0 })
+	testutil.Eventually(t, waitTimeout, "a metadata gc pass", func() bool { _, n := gc.LastPass(); return n > 0 })
 	if last, _ := gc.LastPass(); last.Err != nil {
 		t.Fatalf("metadata gc pass: %v", last.Err)
 	}

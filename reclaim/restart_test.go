@@ -15,6 +15,7 @@ import (
 	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/clock"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 )
@@ -48,7 +49,7 @@ func TestShortWritersConvergeAndLoseNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	cacheDir := dir + "/cache"
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	log := slog.New(slog.NewTextHandler(io.Writer(&logBuf), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	noCheckpoints := CheckpointListerFunc(func(context.Context) ([]checkpoint.Record, error) { return nil, nil })
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/segment"
 )
 
@@ -34,7 +35,7 @@ func TestIdleSendsNothing(t *testing.T) {
 	v := newFakeEnv(t)
 	v.writeFile("f", 4)
 	v.start()
-	waitFor(t, "the startup sweep", func() bool {
+	testutil.Eventually(t, waitTimeout, "the startup sweep", func() bool {
 		v.r.mu.Lock()
 		defer v.r.mu.Unlock()
 		return v.r.mu.sweeps == 1
@@ -234,7 +235,7 @@ func TestCloseStopsAdmissionsAdmittedJobsFinish(t *testing.T) {
 			v.r.Close()
 			close(closed)
 		}()
-		waitFor(t, "close to start", v.r.closed)
+		testutil.Eventually(t, waitTimeout, "close to start", v.r.closed)
 	})
 	puts0 := v.count.CountsFor(segment.KeyPrefix).Put
 	v.r.Start()
@@ -262,7 +263,7 @@ func TestCloseStopsAdmissionsAdmittedJobsFinish(t *testing.T) {
 func TestSweepScheduleIsMonotonic(t *testing.T) {
 	v := newFakeEnv(t)
 	v.start()
-	waitFor(t, "the startup sweep", func() bool {
+	testutil.Eventually(t, waitTimeout, "the startup sweep", func() bool {
 		v.r.mu.Lock()
 		defer v.r.mu.Unlock()
 		return v.r.mu.sweeps == 1

@@ -19,6 +19,7 @@ import (
 
 	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/fileutil"
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/segment"
 	"golang.org/x/sys/unix"
@@ -116,30 +117,12 @@ func TestDiskCacheKeepsFilesystemReserve(t *testing.T) {
 	}
 }
 
-// syncLog is a goroutine-safe log buffer.
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestDiskCacheEIO: a cache disk that fails every read and write (EIO)
 // costs store requests, never a failed or wrong read; the failing writes
 // are logged once, and their end once.
 func TestDiskCacheEIO(t *testing.T) {
 	f := newFixture(t, 6)
-	var logs syncLog
+	var logs testutil.SyncBuffer
 	r := f.reader(t, ReaderOptions{MemoryBytes: -1, DiskDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	f.readAll(t, r, 0, 1)
 	if st := r.Stats(); st.DiskEntries != 2 {
