@@ -361,7 +361,11 @@ func crashPhase(t *testing.T, e *env, m *crashModel, spec string, work func(*cra
 	p := e.start()
 	e.extraEnv = base
 	r := &crashRun{t: t, e: e, p: p, m: m, open: map[string]*os.File{}}
-	if waitMountedOrExit(p) && work != nil {
+	// The workload starts only after "ebbfs running" (or the writer's
+	// exit): while go-fuse's mount check holds a file open on the mount, a
+	// process that exits deadlocks in the kernel's FLUSH to itself, and the
+	// tombstone cleaner already runs then.
+	if p.waitUp(mountTimeout, true) && work != nil {
 		work(r)
 	}
 	r.waitExit(10 * time.Second)
@@ -395,26 +399,6 @@ func crashVerify(t *testing.T, e *env, m *crashModel) {
 	if r := e.ebbfs("fsck", "--verify-data"); r.code != 0 {
 		t.Errorf("fsck --verify-data after recovery: %s", r)
 	}
-}
-
-// waitMountedOrExit waits until the writer mounted and finished starting
-// (true) or exited. The workload starts only after "ebbfs running": while
-// go-fuse's mount check holds a file open on the mount, a process that
-// exits deadlocks in the kernel's FLUSH to itself, and the tombstone
-// cleaner already runs then.
-func waitMountedOrExit(p *proc) bool {
-	deadline := time.Now().Add(mountTimeout)
-	for time.Now().Before(deadline) {
-		if p.exited() {
-			return false
-		}
-		if isLiveMount(p.e.mnt) && strings.Contains(p.out.String(), `msg="ebbfs running"`) {
-			return true
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	p.e.t.Fatalf("writer neither mounted nor exited within %s:\n%s", mountTimeout, p.out.String())
-	return false
 }
 
 // TestFailpointMatrixComplete: every failpoint in the source has a crash

@@ -406,17 +406,27 @@ func (p *proc) exited() bool {
 // window never exits (its close waits for a FLUSH only it could answer).
 func (p *proc) waitMounted() {
 	p.e.t.Helper()
-	deadline := time.Now().Add(mountTimeout)
-	for time.Now().Before(deadline) {
-		if p.exited() {
-			p.e.t.Fatalf("ebbfs run exited with %d before mounting:\n%s", p.code, p.out.String())
-		}
-		if strings.Contains(p.out.String(), `msg="ebbfs running"`) && isLiveMount(p.e.mnt) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !p.waitUp(mountTimeout, true) {
+		p.e.t.Fatalf("ebbfs run exited with %d before mounting:\n%s", p.code, p.out.String())
 	}
-	p.e.t.Fatalf("%s not mounted after %s:\n%s", p.e.mnt, mountTimeout, p.out.String())
+}
+
+// waitUp polls until the writer is up (its mount live and, when running
+// is set, "ebbfs running" logged) or has exited, and reports whether it
+// came up; it fails the test if neither happens within timeout.
+func (p *proc) waitUp(timeout time.Duration, running bool) bool {
+	p.e.t.Helper()
+	up := false
+	if !testutil.Until(timeout, func() bool {
+		if p.exited() {
+			return true
+		}
+		up = isLiveMount(p.e.mnt) && (!running || strings.Contains(p.out.String(), `msg="ebbfs running"`))
+		return up
+	}) {
+		p.e.t.Fatalf("%s neither mounted nor exited within %s:\n%s", p.e.mnt, timeout, tail(p.out.String(), 80))
+	}
+	return up
 }
 
 // wait waits for the process to exit and returns its exit code.

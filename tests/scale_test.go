@@ -173,7 +173,11 @@ func TestScale(t *testing.T) {
 	r := e.sameStore()
 	start := time.Now()
 	rp := r.start()
-	scaleWaitMounted(t, rp, sz.timeout)
+	// A longer deadline than waitMounted's: a recovery of a million files
+	// replays the journal first.
+	if !rp.waitUp(sz.timeout, false) {
+		t.Fatalf("ebbfs run exited with %d before mounting:\n%s", rp.code, tail(rp.out.String(), 80))
+	}
 	mounted := time.Since(start)
 	if _, err := os.Lstat(filepath.Join(r.mnt, "d1", "g0000000")); err != nil {
 		t.Fatalf("first stat after recovery: %v", err)
@@ -419,23 +423,6 @@ func scaleFsck(t *testing.T, e *env, fig *scaleFigures, what string, minInodes i
 	}
 	fig.add(what, fmt.Sprintf("%.1f s, peak RSS %d MiB, %s", d.Seconds(), maxrss>>10, strings.TrimSpace(strings.SplitN(out, "\n", 2)[0])))
 	t.Logf("%s: %.1f s, peak RSS %d MiB", what, d.Seconds(), maxrss>>10)
-}
-
-// scaleWaitMounted is waitMounted with a longer deadline (a recovery of
-// a million files replays the journal first).
-func scaleWaitMounted(t *testing.T, p *proc, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if p.exited() {
-			t.Fatalf("ebbfs run exited with %d before mounting:\n%s", p.code, tail(p.out.String(), 80))
-		}
-		if isLiveMount(p.e.mnt) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s not mounted after %s", p.e.mnt, timeout)
 }
 
 // scaleProcKiB reads a "kB" field of /proc/PID/status.

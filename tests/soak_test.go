@@ -568,7 +568,7 @@ func TestSoak(t *testing.T) {
 		}
 		procs = append(procs, p)
 		ph := &soakPhase{p: p}
-		if !waitMountedOrExit(p) {
+		if !p.waitUp(mountTimeout, true) {
 			fpCrashes++
 			soakDied(t, p, armed, &fpFired)
 			e.forceUnmount()
