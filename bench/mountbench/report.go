@@ -19,6 +19,14 @@ type row struct {
 	target float64 // least acceptable ebbfs/passthrough ratio; 0: none
 }
 
+// unit is the unit of the row's figures.
+func (r row) unit() string {
+	if r.ops {
+		return "ops/s"
+	}
+	return "MiB/s"
+}
+
 // rssTarget bounds the ebbfs writer's peak RSS with memory_size = 256MiB.
 const rssTarget = 768 * MiB
 
@@ -182,12 +190,8 @@ func (b *bench) reportTable(w io.Writer) {
 		if len(m) == 0 {
 			continue
 		}
-		unit := "MiB/s"
-		if r.ops {
-			unit = "ops/s"
-		}
 		var cells []any
-		cells = append(cells, r.label, unit)
+		cells = append(cells, r.label, r.unit())
 		for _, name := range []string{"disk", "passthrough", "ebbfs"} {
 			v, ok := m[name]
 			cells = append(cells, number(r.key, v, ok))
@@ -224,10 +228,7 @@ func (b *bench) reportS3Table(w io.Writer) {
 		if len(m) == 0 {
 			continue
 		}
-		unit := "MiB/s"
-		if r.ops {
-			unit = "ops/s"
-		}
+		unit := r.unit()
 		v, ok := m["ebbfs-s3"]
 		x, rok := ratio(m, "ebbfs-s3")
 		rs, tgt := "-", ""
