@@ -59,6 +59,23 @@ type Export interface {
 	// write that completed before it was called, through any export or
 	// connection, is durable. CAN_MULTI_CONN is advertised because of it.
 	Flush(ctx context.Context) error
+	// Extents describes [off, off+length) (within Size) for
+	// NBD_CMD_BLOCK_STATUS and structured READs: consecutive extents
+	// starting at off, each either data or a hole that reads as zeroes.
+	// It may describe less than length (at least one byte) and the server
+	// asks again from where it stopped. Reporting everything as data is
+	// always correct; a hole must really read as zeroes. It must not read
+	// the data to find out.
+	Extents(ctx context.Context, off, length int64) ([]Extent, error)
+	// BlockSize is the export's preferred I/O size (ebbfs: the file's
+	// extent size), advertised in NBD_INFO_BLOCK_SIZE; 0 means 4096.
+	BlockSize() int
 	// Close releases the export.
 	Close() error
+}
+
+// Extent is a run of an export reported by Export.Extents.
+type Extent struct {
+	Length int64
+	Hole   bool // reads as zeroes and holds no data
 }

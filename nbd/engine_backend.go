@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -193,7 +194,7 @@ func (b *engineBackend) Open(ctx context.Context, name string) (Export, error) {
 		}
 		again, err := b.lookupRegular(ctx, dir, name)
 		if err == nil && again == ino {
-			return &engineExport{e: b.e, name: name, ino: ino}, nil
+			return &engineExport{e: b.e, name: name, ino: ino, bs: b.extentSize(ctx, ino)}, nil
 		}
 		b.e.Release(context.Background(), ino)
 		if err != nil && !errors.Is(err, ErrNoSuchExport) {
@@ -201,6 +202,20 @@ func (b *engineBackend) Open(ctx context.Context, name string) (Export, error) {
 		}
 	}
 	return nil, fmt.Errorf("nbd: export %q keeps changing: %w", name, ErrNoSuchExport)
+}
+
+// extentSize returns the extent size of ino, or 0 when it cannot be read
+// (the server then advertises its default block size).
+func (b *engineBackend) extentSize(ctx context.Context, ino uint64) int {
+	v, err := b.e.GetXattr(ctx, ino, fs.XattrExtentSize)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
 }
 
 // lookupRegular returns the inode of the regular file name in dir.
@@ -225,6 +240,7 @@ type engineExport struct {
 	e      *fs.Engine
 	name   string
 	ino    uint64
+	bs     int // extent size when opened
 	closed atomic.Bool
 }
 
@@ -398,6 +414,43 @@ func (x *engineExport) Flush(ctx context.Context) error {
 		return fmt.Errorf("nbd: export %q: flush: %w", x.name, engineErr(err))
 	}
 	return nil
+}
+
+func (x *engineExport) BlockSize() int { return x.bs }
+
+// Extents reports the holes of the export from the extent map
+// (Engine.DataRanges), without reading a frame.
+func (x *engineExport) Extents(ctx context.Context, off, length int64) ([]Extent, error) {
+	if err := x.checkRange(off, length); err != nil {
+		return nil, err
+	}
+	data, end, err := x.e.DataRanges(ctx, x.ino, off, length, maxStatusExtents/2)
+	if errors.Is(err, fs.ErrNoData) {
+		// The file shrank below off: what lies past its end reads as
+		// zeroes.
+		return []Extent{{Length: length, Hole: true}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nbd: export %q: extents %d+%d: %w", x.name, off, length, engineErr(err))
+	}
+	return extentsOf(off, end, data), nil
+}
+
+// extentsOf turns the data ranges of [off, end) into extents covering it.
+func extentsOf(off, end int64, data []fs.DataRange) []Extent {
+	out := make([]Extent, 0, 2*len(data)+1)
+	pos := off
+	for _, d := range data {
+		if d.Off > pos {
+			out = append(out, Extent{Length: d.Off - pos, Hole: true})
+		}
+		out = append(out, Extent{Length: d.Len})
+		pos = d.Off + d.Len
+	}
+	if end > pos {
+		out = append(out, Extent{Length: end - pos, Hole: true})
+	}
+	return out
 }
 
 func (x *engineExport) Close() error {

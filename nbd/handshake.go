@@ -58,29 +58,50 @@ func (c *conn) handshake() (bool, error) {
 			return false, fmt.Errorf("reading option %d payload: %w", opt, err)
 		}
 
-		var err error
-		switch opt {
-		case optExportName:
-			return c.optExportName(data, noZeroes)
-		case optAbort:
-			c.optReply(opt, repAck, nil) // the client may already be gone
-			return false, errAbort
-		case optList:
-			err = c.optList(data)
-		case optInfo, optGo:
-			var started bool
-			started, err = c.optInfoGo(opt, data)
-			if started {
-				return true, nil
-			}
-		default:
-			err = c.optReply(opt, repErrUnsup, []byte("option not supported"))
-		}
-		if err != nil {
-			return false, err
+		started, err := c.option(opt, data, noZeroes)
+		if started || err != nil {
+			return started, err
 		}
 	}
 	return false, fmt.Errorf("more than %d options", maxOptions)
+}
+
+// option handles one option. It returns true when the transmission phase
+// starts, and an error when the connection must close.
+func (c *conn) option(opt uint32, data []byte, noZeroes bool) (bool, error) {
+	if c.tlsConfig != nil && !c.tls {
+		// TLS is required and not started yet: only STARTTLS and ABORT
+		// are answered.
+		switch opt {
+		case optStartTLS, optAbort:
+		case optExportName:
+			return false, errors.New("NBD_OPT_EXPORT_NAME before STARTTLS on a TLS listener")
+		default:
+			return false, c.optReply(opt, repErrTLSReqd, []byte("TLS is required: send NBD_OPT_STARTTLS"))
+		}
+	}
+	switch opt {
+	case optExportName:
+		return c.optExportName(data, noZeroes)
+	case optAbort:
+		c.optReply(opt, repAck, nil) // the client may already be gone
+		return false, errAbort
+	case optList:
+		return false, c.optList(data)
+	case optInfo, optGo:
+		return c.optInfoGo(opt, data)
+	case optStartTLS:
+		return false, c.optStartTLS(data)
+	case optStructuredReply:
+		if len(data) != 0 {
+			return false, c.optReply(opt, repErrInvalid, []byte("NBD_OPT_STRUCTURED_REPLY takes no data"))
+		}
+		c.structured = true
+		return false, c.optReply(opt, repAck, nil)
+	case optListMetaContext, optSetMetaContext:
+		return false, c.optMetaContext(opt, data)
+	}
+	return false, c.optReply(opt, repErrUnsup, []byte("option not supported"))
 }
 
 // optReply writes one option reply.
@@ -144,6 +165,9 @@ func (c *conn) transmissionFlags() uint16 {
 	} else {
 		f |= tflagSendFUA | tflagSendTrim | tflagSendWriteZeroes
 	}
+	if c.structured {
+		f |= tflagSendDF
+	}
 	return f
 }
 
@@ -156,7 +180,7 @@ func (c *conn) optExportName(data []byte, noZeroes bool) (bool, error) {
 		// The protocol offers no error reply here: close.
 		return false, fmt.Errorf("NBD_OPT_EXPORT_NAME %q: %w", data, err)
 	}
-	c.exp, c.name, c.size = exp, name, size
+	c.setExport(exp, name, size)
 	b := make([]byte, 10, 10+124)
 	binary.BigEndian.PutUint64(b[0:], uint64(size))
 	binary.BigEndian.PutUint16(b[8:], c.transmissionFlags())
@@ -246,7 +270,7 @@ func (c *conn) optInfoGo(opt uint32, data []byte) (bool, error) {
 	}
 	binary.BigEndian.PutUint16(b[0:], infoBlockSize)
 	binary.BigEndian.PutUint32(b[2:], 1)
-	binary.BigEndian.PutUint32(b[6:], uint32(min(preferredBlockSize, c.s.o.MaxRequest)))
+	binary.BigEndian.PutUint32(b[6:], uint32(c.preferredBlockSize(exp)))
 	binary.BigEndian.PutUint32(b[10:], uint32(c.s.o.MaxRequest))
 	if err := c.optReply(opt, repInfo, b[:14]); err != nil {
 		return false, err
@@ -274,6 +298,25 @@ func (c *conn) optInfoGo(opt uint32, data []byte) (bool, error) {
 		return false, err
 	}
 	keep = true
-	c.exp, c.name, c.size = exp, resolved, size
+	c.setExport(exp, resolved, size)
 	return true, nil
+}
+
+// setExport records the export the transmission phase serves. Meta
+// contexts selected for another export are dropped.
+func (c *conn) setExport(exp Export, name string, size int64) {
+	c.exp, c.name, c.size = exp, name, size
+	if c.metaExport != name {
+		c.metaAlloc = false
+	}
+}
+
+// preferredBlockSize is the export's preferred block size if it is a power
+// of two of at least 512 bytes, else 4096, and never more than MaxRequest.
+func (c *conn) preferredBlockSize(exp Export) int {
+	bs := exp.BlockSize()
+	if bs < 512 || bs&(bs-1) != 0 {
+		bs = preferredBlockSize
+	}
+	return min(bs, c.s.o.MaxRequest)
 }

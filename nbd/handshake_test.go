@@ -224,11 +224,9 @@ func TestHandshakeUnsupportedOptions(t *testing.T) {
 		opt  uint32
 		data []byte
 	}{
-		{optStructuredReply, nil},
-		{optStartTLS, nil},
+		{optStartTLS, nil}, // no TLS on this listener
 		{optPeekExport, nil},
-		{9, goData("base:allocation")}, // LIST_META_CONTEXT
-		{11, nil},                      // EXTENDED_HEADERS
+		{11, nil}, // EXTENDED_HEADERS
 		{0xdeadbeef, bytes.Repeat([]byte{7}, 1000)},
 	} {
 		c.sendOpt(o.opt, o.data)

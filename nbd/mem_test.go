@@ -116,6 +116,10 @@ func (h *memHandle) Zero(ctx context.Context, off, length int64, mayTrim bool) e
 	return h.e.Zero(ctx, off, length, mayTrim)
 }
 func (h *memHandle) Flush(ctx context.Context) error { return h.e.Flush(ctx) }
+func (h *memHandle) Extents(ctx context.Context, off, length int64) ([]Extent, error) {
+	return h.e.Extents(ctx, off, length)
+}
+func (h *memHandle) BlockSize() int { return memBlock }
 func (h *memHandle) Close() error {
 	if h.closed.Swap(true) {
 		return fmt.Errorf("export %q closed twice", h.e.name)
@@ -246,3 +250,34 @@ func (e *memExport) Flush(ctx context.Context) error {
 	e.b.lastFlush.Store(e.b.seq.Add(1))
 	return nil
 }
+
+// memBlock is the granularity of memExport.Extents: an all-zero aligned
+// block of memBlock bytes is a hole.
+const memBlock = 4096
+
+// Extents reports the all-zero memBlock-aligned blocks of the range as
+// holes, at most memMaxExtents extents at a time (so the server has to
+// ask again for long ranges).
+func (e *memExport) Extents(ctx context.Context, off, length int64) ([]Extent, error) {
+	defer e.begin("extents")()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := e.check(off, length); err != nil {
+		return nil, err
+	}
+	var out []Extent
+	for pos, end := off, off+length; pos < end && len(out) < memMaxExtents; {
+		next := min(end, (pos/memBlock+1)*memBlock)
+		hole := isZero(e.mu.data[pos/memBlock*memBlock : min(int64(len(e.mu.data)), (pos/memBlock+1)*memBlock)])
+		if k := len(out) - 1; k >= 0 && out[k].Hole == hole {
+			out[k].Length += next - pos
+		} else {
+			out = append(out, Extent{Length: next - pos, Hole: hole})
+		}
+		pos = next
+	}
+	return out, nil
+}
+
+// memMaxExtents bounds one memExport.Extents answer.
+const memMaxExtents = 8

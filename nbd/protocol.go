@@ -9,6 +9,7 @@ const (
 	optReplyMagic     uint64 = 0x0003e889045565a9
 	requestMagic      uint32 = 0x25609513
 	simpleReplyMagic  uint32 = 0x67446698
+	structReplyMagic  uint32 = 0x668e33ef
 	requestHeaderSize        = 28
 	replyHeaderSize          = 16
 )
@@ -33,6 +34,8 @@ const (
 	optInfo            uint32 = 6
 	optGo              uint32 = 7
 	optStructuredReply uint32 = 8
+	optListMetaContext uint32 = 9
+	optSetMetaContext  uint32 = 10
 )
 
 // Option reply types.
@@ -40,6 +43,7 @@ const (
 	repAck    uint32 = 1
 	repServer uint32 = 2
 	repInfo   uint32 = 3
+	repMeta   uint32 = 4 // NBD_REP_META_CONTEXT
 
 	repFlagError    uint32 = 1 << 31
 	repErrUnsup            = repFlagError | 1
@@ -91,6 +95,31 @@ const (
 	cmdFlagFUA    uint16 = 1 << 0
 	cmdFlagNoHole uint16 = 1 << 1
 	cmdFlagDF     uint16 = 1 << 2
+	cmdFlagReqOne uint16 = 1 << 3
+)
+
+// Structured reply chunks (NBD_OPT_STRUCTURED_REPLY).
+const (
+	structHeaderSize = 20
+
+	replyFlagDone uint16 = 1 << 0
+
+	replyTypeNone        uint16 = 0
+	replyTypeOffsetData  uint16 = 1
+	replyTypeOffsetHole  uint16 = 2
+	replyTypeBlockStatus uint16 = 5
+	replyTypeError       uint16 = 1<<15 | 1
+)
+
+// The base:allocation meta context: its one namespace, name, the id the
+// server gives it, and its status flags.
+const (
+	metaBaseNamespace = "base:"
+	metaBaseAlloc     = "base:allocation"
+	metaAllocID       = 1
+
+	stateHole uint32 = 1 << 0
+	stateZero uint32 = 1 << 1
 )
 
 // Error values carried in simple replies.
@@ -119,6 +148,15 @@ const (
 	defaultMaxRequest = 32 << 20
 	// maxInFlight bounds concurrently handled requests per connection.
 	maxInFlight = 16
-	// preferredBlockSize is advertised in NBD_INFO_BLOCK_SIZE.
+	// preferredBlockSize is advertised in NBD_INFO_BLOCK_SIZE when the
+	// export has no preference of its own.
 	preferredBlockSize = 4096
+	// maxMetaQueries bounds the queries of one LIST/SET_META_CONTEXT.
+	maxMetaQueries = 128
+	// maxStatusExtents bounds the descriptors of one BLOCK_STATUS reply;
+	// the client asks again from where it ends.
+	maxStatusExtents = 2048
+	// holeReadMin is the smallest structured READ that asks the export
+	// where its holes are and sends them as NBD_REPLY_TYPE_OFFSET_HOLE.
+	holeReadMin = 64 << 10
 )

@@ -3,6 +3,7 @@ package nbd
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -48,7 +49,7 @@ const (
 )
 
 // Server serves a Backend over the NBD protocol (fixed newstyle
-// negotiation, simple replies).
+// negotiation, simple or structured replies, optionally TLS).
 type Server struct {
 	b   Backend
 	o   Options
@@ -76,6 +77,21 @@ func NewServer(b Backend, o Options) *Server {
 // It returns nil when stopped by Close, else the listener's error. Serve
 // may be called concurrently for several listeners.
 func (s *Server) Serve(l net.Listener) error {
+	return s.serve(l, nil)
+}
+
+// ServeTLS is Serve for a listener on which TLS is required: a client
+// must send NBD_OPT_STARTTLS before any other option but ABORT (they get
+// NBD_REP_ERR_TLS_REQD) and then completes a TLS handshake with cfg.
+func (s *Server) ServeTLS(l net.Listener, cfg *tls.Config) error {
+	if cfg == nil {
+		l.Close()
+		return errors.New("nbd: ServeTLS without a TLS configuration")
+	}
+	return s.serve(l, cfg)
+}
+
+func (s *Server) serve(l net.Listener, cfg *tls.Config) error {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -107,7 +123,7 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		s.startConn(nc)
+		s.startConn(nc, cfg)
 	}
 }
 
@@ -120,8 +136,9 @@ func (s *Server) isClosed() bool {
 // startConn serves nc in a goroutine of the server's group and returns a
 // channel closed when that ends; nil when the server is closed (nc is
 // closed then).
-func (s *Server) startConn(nc net.Conn) <-chan struct{} {
+func (s *Server) startConn(nc net.Conn, cfg *tls.Config) <-chan struct{} {
 	c := s.newConn(nc)
+	c.tlsConfig = cfg
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {
@@ -140,7 +157,7 @@ func (s *Server) startConn(nc net.Conn) <-chan struct{} {
 
 // serveConn serves one connection to its end (tests and fuzzing).
 func (s *Server) serveConn(nc net.Conn) {
-	if done := s.startConn(nc); done != nil {
+	if done := s.startConn(nc, nil); done != nil {
 		<-done
 	}
 }
@@ -170,7 +187,10 @@ func (s *Server) Close() error {
 
 // conn is one client connection.
 type conn struct {
-	s       *Server
+	s   *Server
+	raw net.Conn // the accepted connection: deadlines and abrupt closes
+	// nc and br are raw, or the TLS connection over it once STARTTLS is
+	// done; they change only during the handshake.
 	nc      net.Conn
 	br      *bufio.Reader
 	log     *slog.Logger
@@ -179,10 +199,15 @@ type conn struct {
 	closing atomic.Bool
 
 	// Set by the handshake, read-only afterwards.
-	exp      Export
-	name     string
-	size     int64
-	readOnly bool
+	tlsConfig  *tls.Config // TLS required when set
+	tls        bool        // STARTTLS done
+	structured bool        // NBD_OPT_STRUCTURED_REPLY negotiated
+	metaAlloc  bool        // base:allocation selected ...
+	metaExport string      // ... for this export
+	exp        Export
+	name       string
+	size       int64
+	readOnly   bool
 
 	wmu  sync.Mutex
 	werr error // first reply write error; later replies are dropped
@@ -196,6 +221,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 	}
 	return &conn{
 		s:        s,
+		raw:      nc,
 		nc:       nc,
 		br:       bufio.NewReaderSize(nc, 64<<10),
 		log:      s.log.With("remote", remote),
@@ -209,20 +235,23 @@ func (s *Server) newConn(nc net.Conn) *conn {
 // the loops check closing before reading the next message.
 func (c *conn) shutdown() {
 	c.closing.Store(true)
-	c.nc.SetReadDeadline(time.Now())
+	c.raw.SetReadDeadline(time.Now())
 }
 
 // setReadDeadline sets a read deadline without undoing a shutdown.
 func (c *conn) setReadDeadline(t time.Time) {
-	c.nc.SetReadDeadline(t)
+	c.raw.SetReadDeadline(t)
 	if c.closing.Load() {
-		c.nc.SetReadDeadline(time.Now())
+		c.raw.SetReadDeadline(time.Now())
 	}
 }
 
 func (c *conn) serve() {
 	defer func() {
 		c.cancel()
+		// A TLS close sends an alert: do not wait long for a client
+		// that does not read.
+		c.raw.SetWriteDeadline(time.Now().Add(time.Second))
 		c.nc.Close()
 		if c.exp != nil {
 			if err := c.exp.Close(); err != nil {
@@ -232,7 +261,7 @@ func (c *conn) serve() {
 		c.s.removeConn(c)
 	}()
 	c.setReadDeadline(time.Now().Add(handshakeTimeout))
-	c.nc.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	c.raw.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	ok, err := c.handshake()
 	if err != nil {
 		c.log.Info("nbd: handshake ended", "err", err)
@@ -241,7 +270,7 @@ func (c *conn) serve() {
 		return
 	}
 	c.setReadDeadline(time.Time{})
-	c.nc.SetWriteDeadline(time.Time{})
+	c.raw.SetWriteDeadline(time.Time{})
 	c.log.Debug("nbd: transmission", "export", c.name, "size", c.size)
 	if err := c.transmit(); err != nil {
 		c.log.Info("nbd: connection ended", "export", c.name, "err", err)

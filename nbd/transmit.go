@@ -120,38 +120,102 @@ func (c *conn) transmit() error {
 	}
 }
 
-// reply writes one simple reply, with data only on success.
+// reply answers a request: a simple reply (with data only on success), or,
+// once structured replies are negotiated, a structured NONE or ERROR chunk
+// (structured READs and BLOCK_STATUS send their own chunks).
 func (c *conn) reply(handle uint64, errno uint32, data []byte) {
-	var h [replyHeaderSize]byte
+	if c.structured {
+		if errno != errnoOK {
+			c.send(errorChunk(handle, errno))
+			return
+		}
+		c.send(net.Buffers{chunkHeader(handle, replyFlagDone, replyTypeNone, 0)})
+		return
+	}
+	h := make([]byte, replyHeaderSize)
 	binary.BigEndian.PutUint32(h[0:], simpleReplyMagic)
 	binary.BigEndian.PutUint32(h[4:], errno)
 	binary.BigEndian.PutUint64(h[8:], handle)
-	bufs := net.Buffers{h[:]}
+	bufs := net.Buffers{h}
 	if errno == errnoOK && len(data) > 0 {
 		bufs = append(bufs, data)
 	}
+	c.send(bufs)
+}
+
+// send writes one whole reply. After a write error later replies are
+// dropped.
+func (c *conn) send(bufs net.Buffers) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.werr != nil {
 		return
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	c.raw.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := bufs.WriteTo(c.nc); err != nil {
 		c.werr = err
 		c.log.Info("nbd: writing reply", "export", c.name, "err", err)
 		// The stream is broken: make the reader stop too.
-		c.nc.Close()
+		c.raw.Close()
 	}
 }
 
 // handle runs one request against the export and replies.
 func (c *conn) handle(r *request) {
-	errno, data, err := c.do(r)
+	var errno uint32
+	var err error
+	switch {
+	case r.typ == cmdBlockStatus:
+		errno, err = c.blockStatus(r)
+	case r.typ == cmdRead && c.structured:
+		errno, err = c.structuredRead(r)
+	default:
+		var data []byte
+		errno, data, err = c.do(r)
+		if errno == errnoOK {
+			c.reply(r.handle, errno, data)
+		}
+	}
 	if err != nil {
 		c.log.Warn("nbd: request failed", "export", c.name, "cmd", cmdName(r.typ),
 			"offset", r.off, "length", r.length, "errno", errnoName(errno), "err", err)
 	}
-	c.reply(r.handle, errno, data)
+	if errno != errnoOK {
+		c.reply(r.handle, errno, nil)
+	}
+}
+
+// knownFlags are the command flags r may carry.
+func (c *conn) knownFlags(typ uint16) uint16 {
+	known := cmdFlagFUA
+	switch typ {
+	case cmdWriteZeroes:
+		known |= cmdFlagNoHole
+	case cmdRead:
+		if c.structured {
+			known |= cmdFlagDF
+		}
+	case cmdBlockStatus:
+		known |= cmdFlagReqOne
+	}
+	return known
+}
+
+// checkRange reads the export's size (once per request) and checks r's
+// range against it. It returns the NBD error for a bad range.
+func (c *conn) checkRange(r *request) (uint32, error) {
+	cur, err := c.exp.Size()
+	if err != nil {
+		return errnoIO, fmt.Errorf("size: %w", err)
+	}
+	size := min(c.size, cur)
+	if r.off > uint64(size) || uint64(r.length) > uint64(size)-r.off {
+		if r.typ == cmdWrite || r.typ == cmdWriteZeroes {
+			return errnoNoSpc, nil
+		}
+		return errnoInval, nil
+	}
+	return errnoOK, nil
 }
 
 // do executes r. It returns the NBD error, READ data, and the backend error
@@ -164,15 +228,11 @@ func (c *conn) handle(r *request) {
 // so a barrier is never abandoned half way and a reply, when one can still
 // be sent, is the real result.
 //
-// The export's size is read once per request, here, and the range checks
-// use that value; the backend never grows a file past its size.
+// The export's size is read once per request, in checkRange, and the range
+// checks use that value; the backend never grows a file past its size.
 func (c *conn) do(r *request) (uint32, []byte, error) {
 	keep := context.WithoutCancel(c.ctx)
-	known := cmdFlagFUA
-	if r.typ == cmdWriteZeroes {
-		known |= cmdFlagNoHole
-	}
-	if r.flags&^known != 0 {
+	if r.flags&^c.knownFlags(r.typ) != 0 {
 		return errnoInval, nil, nil
 	}
 	switch r.typ {
@@ -191,21 +251,14 @@ func (c *conn) do(r *request) (uint32, []byte, error) {
 	if r.typ != cmdRead && c.readOnly {
 		return errnoPerm, nil, nil
 	}
-	cur, err := c.exp.Size()
-	if err != nil {
-		return errnoIO, nil, fmt.Errorf("size: %w", err)
-	}
-	size := min(c.size, cur)
-	if r.off > uint64(size) || uint64(r.length) > uint64(size)-r.off {
-		if r.typ == cmdWrite || r.typ == cmdWriteZeroes {
-			return errnoNoSpc, nil, nil
-		}
-		return errnoInval, nil, nil
+	if errno, err := c.checkRange(r); errno != errnoOK {
+		return errno, nil, err
 	}
 	if r.length == 0 {
 		return errnoOK, nil, nil
 	}
 	off, n := int64(r.off), int64(r.length)
+	var err error
 	switch r.typ {
 	case cmdRead:
 		buf := make([]byte, n)
