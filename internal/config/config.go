@@ -129,6 +129,15 @@ type Reclaim struct {
 type NBD struct {
 	Listen     []string `toml:"listen"`
 	UnixSocket *string  `toml:"unix_socket"`
+	// TLSCert and TLSKey (PEM files) make every TCP listener require TLS
+	// (NBD_OPT_STARTTLS); the unix socket stays plain.
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+	// TLSClientCA (PEM), when set, makes TLS clients present a
+	// certificate signed by it.
+	TLSClientCA string `toml:"tls_client_ca"`
+	// TrustedNetwork allows a non-loopback listen address without TLS.
+	TrustedNetwork bool `toml:"trusted_network"`
 }
 
 // Admin is the local control endpoint the CLI, metrics scrapers and the
@@ -252,6 +261,9 @@ func (c *Config) resolve(base string) {
 	if c.NBD.UnixSocket != nil {
 		abs(c.NBD.UnixSocket)
 	}
+	abs(&c.NBD.TLSCert)
+	abs(&c.NBD.TLSKey)
+	abs(&c.NBD.TLSClientCA)
 }
 
 // DefaultCacheDir is the cache directory used when [cache] dir is unset:
@@ -380,6 +392,9 @@ func (c *Config) Validate() error {
 		if err := checkSocket("nbd.unix_socket", *c.NBD.UnixSocket); err != nil {
 			return err
 		}
+	}
+	if err := c.NBD.validateTLS(); err != nil {
+		return err
 	}
 	if c.Admin.Listen != nil && *c.Admin.Listen != "" {
 		if err := checkHostPort(*c.Admin.Listen); err != nil {

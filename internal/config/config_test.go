@@ -161,6 +161,10 @@ func TestErrors(t *testing.T) {
 		{"nbd listen", base + "[nbd]\nlisten = [\"nocolon\"]\n", "nbd.listen \"nocolon\""},
 		{"nbd listen empty host", base + "[nbd]\nlisten = [\":10809\"]\n", "every interface"},
 		{"nbd dup", base + "[nbd]\nlisten = [\"127.0.0.1:1\", \"127.0.0.1:1\"]\n", "twice"},
+		{"nbd public without tls", base + "[nbd]\nlisten = [\"127.0.0.1:1\", \"0.0.0.0:10809\"]\n", "not loopback"},
+		{"nbd hostname without tls", base + "[nbd]\nlisten = [\"nas.example:10809\"]\n", "not loopback"},
+		{"nbd cert without key", base + "[nbd]\ntls_cert = \"/c.pem\"\n", "go together"},
+		{"nbd client ca without cert", base + "[nbd]\ntls_client_ca = \"/ca.pem\"\n", "tls_client_ca needs"},
 		{"admin port", base + "[admin]\nlisten = \"127.0.0.1:99999\"\n", "0..65535"},
 		{"admin = nbd", base + "[nbd]\nlisten = [\"127.0.0.1:5\"]\n[admin]\nlisten = \"127.0.0.1:5\"\n", "also an nbd.listen"},
 		{"long socket", base + "[admin]\nunix_socket = \"/" + strings.Repeat("s", 200) + "\"\n", "longer than"},
@@ -292,6 +296,22 @@ func TestEncodeRoundTrip(t *testing.T) {
 		}
 		if !reflect.DeepEqual(c, back) {
 			t.Fatalf("round trip changed the config:\n%+v\n%+v\n%s", c, back, b.String())
+		}
+	}
+}
+
+func TestNBDNonLoopback(t *testing.T) {
+	base := "[storage]\nurl = \"file:///srv/x\"\n"
+	for _, extra := range []string{
+		"trusted_network = true\n",
+		"tls_cert = \"tls/cert.pem\"\ntls_key = \"tls/key.pem\"\ntls_client_ca = \"tls/ca.pem\"\n",
+	} {
+		c, err := Parse([]byte(base+"[nbd]\nlisten = [\"0.0.0.0:10809\"]\n"+extra), "/etc/ebbfs")
+		if err != nil {
+			t.Fatalf("%q: %v", extra, err)
+		}
+		if c.NBD.TLS() != (c.NBD.TLSCert != "") || (c.NBD.TLS() && c.NBD.TLSClientCA != "/etc/ebbfs/tls/ca.pem") {
+			t.Errorf("%q: %+v", extra, c.NBD)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,10 +14,25 @@ import (
 )
 
 // startNBD listens on the configured addresses and serves the exports. It
-// returns the addresses (as nbd:// URIs) and a stop function.
+// returns the addresses (as nbd:// URIs, nbds:// for TLS) and a stop
+// function. With nbd.tls_cert set every TCP listener requires TLS; the
+// unix socket (mode 0600) stays plain.
 func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, ops *stats.Ops) ([]string, func(), error) {
 	var ls []net.Listener
 	var addrs []string
+	var tlsConfig *tls.Config
+	if c.NBD.TLS() {
+		cfg, err := nbd.LoadTLSConfig(nbd.TLSFiles{Cert: c.NBD.TLSCert, Key: c.NBD.TLSKey, ClientCA: c.NBD.TLSClientCA})
+		if err != nil {
+			return nil, nil, err
+		}
+		tlsConfig = cfg
+	}
+	scheme := "nbd://"
+	if tlsConfig != nil {
+		scheme = "nbds://"
+	}
+	tcp := map[net.Listener]bool{}
 	fail := func(err error) ([]string, func(), error) {
 		for _, l := range ls {
 			l.Close()
@@ -29,7 +45,8 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 			return fail(fmt.Errorf("nbd: listen %s: %w", a, err))
 		}
 		ls = append(ls, l)
-		addrs = append(addrs, "nbd://"+l.Addr().String()+"/")
+		tcp[l] = true
+		addrs = append(addrs, scheme+l.Addr().String()+"/")
 	}
 	if p := c.NBDUnixSocket(); p != "" {
 		l, err := listenUnixSocket(p, 0o600)
@@ -46,7 +63,11 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 	var serving worker.Group // one Serve per listener, waited for by stop
 	for _, l := range ls {
 		serving.Go(func() {
-			if err := srv.Serve(l); err != nil {
+			serve := srv.Serve
+			if tlsConfig != nil && tcp[l] {
+				serve = func(l net.Listener) error { return srv.ServeTLS(l, tlsConfig) }
+			}
+			if err := serve(l); err != nil {
 				log.Error("nbd: serve", "addr", l.Addr().String(), "err", err)
 			}
 		})

@@ -33,6 +33,7 @@ var layers = map[string][]string{
 	"internal/mounthelper": {"fs/fuse", "internal/config", "internal/mountinfo"},
 	"fs/fuse":              {"fs"},
 	"nbd":                  {"fs"},
+	"nbd/nbdtest":          {},
 	"fs":                   {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
 	"reclaim":              {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
 	"checkpoint":           {"lsm", "lsm/schema", "objstore"},
