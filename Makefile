@@ -114,6 +114,15 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchtime=1x ./nbd
 	$(GO) run ./bench/mountbench $(MOUNTBENCH_FLAGS)
 
+# make fuzz: every fuzz target of the module (NBD, segment, journal,
+# lease, manifest, checkpoint record, schema, config, keys), one at a
+# time, FUZZ_TIME each (default 1m) and NBD_FUZZ_TIME (default 10m) for
+# the NBD ones; FUZZ_MATCH=regexp picks targets by "package/FuzzName".
+# A failing input is kept in <package>/testdata/fuzz/ as a regression case.
+.PHONY: fuzz
+fuzz:
+	GO=$(GO) bash scripts/fuzz.sh
+
 # make bench-scale: the scale test at full size (tests/scale_test.go,
 # EBBFS_SCALE=1): a million files created, stat'ed, listed, renamed and
 # deleted, a 100 GiB sparse file with random writes, the writer's peak RSS,
