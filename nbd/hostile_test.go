@@ -1,9 +1,14 @@
 package nbd
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
+	"net"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
 // checkServing asserts the server still serves a fresh client.
@@ -170,4 +175,126 @@ func TestHostileTransmission(t *testing.T) {
 		c.nc.Close()
 		checkServing(t, addr)
 	})
+}
+
+// TestHostileStructured sends oversized lengths, unknown commands and
+// contexts and ranges past the end on a structured connection: each gets
+// an error chunk and the connection goes on.
+func TestHostileStructured(t *testing.T) {
+	b := twoExports()
+	_, addr := startServer(t, b, Options{MaxRequest: 64 << 10})
+	c, _ := connectStructured(t, addr, "disk")
+	for _, tc := range []struct {
+		name       string
+		typ, flags uint16
+		off        uint64
+		length     uint32
+		errno      uint32
+	}{
+		{"READ of 4 GiB", cmdRead, 0, 0, 0xffffffff, errnoInval},
+		{"BLOCK_STATUS of 4 GiB", cmdBlockStatus, 0, 0, 0xffffffff, errnoInval},
+		{"BLOCK_STATUS at 2^64-1", cmdBlockStatus, 0, ^uint64(0), 1, errnoInval},
+		{"READ with every flag", cmdRead, 0xffff, 0, 512, errnoInval},
+		{"command 200", 200, 0, 0, 512, errnoInval},
+		{"CACHE", cmdCache, 0, 0, 512, errnoInval},
+		{"TRIM past the end", cmdTrim, 0, testSize, 1, errnoInval},
+	} {
+		if got := chunkErrno(t, c.structuredCmd(tc.typ, tc.flags, tc.off, tc.length, nil)); got != tc.errno {
+			t.Errorf("%s: errno %d, want %d", tc.name, got, tc.errno)
+		}
+	}
+	if d := blockStatusOf(t, c.structuredCmd(cmdBlockStatus, 0, 0, 4096, nil)); len(d) != 1 {
+		t.Fatalf("BLOCK_STATUS after the errors: %v", d)
+	}
+	// Unknown contexts select nothing: BLOCK_STATUS is then invalid.
+	u := dialClient(t, addr)
+	u.start(clientFlagFixedNewstyle | clientFlagNoZeroes)
+	u.sendOpt(optStructuredReply, nil)
+	u.readOptReply()
+	if got, typ := u.metaContexts(optSetMetaContext, metaData("disk", "qemu:dirty-bitmap:x", "base:allocation2", "")); typ != repAck || len(got) != 0 {
+		t.Fatalf("SET of unknown contexts: %v %#x", got, typ)
+	}
+	if res := u.infoGo(optGo, "disk"); res.errType != 0 {
+		t.Fatal("GO")
+	}
+	if e := chunkErrno(t, u.structuredCmd(cmdBlockStatus, 0, 0, 4096, nil)); e != errnoInval {
+		t.Fatalf("BLOCK_STATUS with no context: errno %d", e)
+	}
+}
+
+// TestHostileHalfClose: a client that sends requests and shuts down its
+// write side still gets every reply, then the server closes.
+func TestHostileHalfClose(t *testing.T) {
+	_, addr := startServer(t, twoExports(), Options{})
+	c, _ := connect(t, addr, "disk")
+	const n = 8
+	for i := range n {
+		c.send(cmdRead, 0, uint64(100+i), uint64(i)*4096, 4096, nil)
+	}
+	c.nc.(interface{ CloseWrite() error }).CloseWrite()
+	seen := map[uint64]bool{}
+	for range n {
+		h, errno, data, err := c.readReply(func(uint64) int { return 4096 })
+		if err != nil || errno != 0 || len(data) != 4096 {
+			t.Fatalf("reply after half-close: handle %d errno %d err %v", h, errno, err)
+		}
+		seen[h] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct replies, want %d", len(seen), n)
+	}
+	c.expectClosed()
+	checkServing(t, addr)
+}
+
+// TestHostileIdleAndStuckClients: a thousand idle connections (half in
+// the handshake, half after GO) and a client that never reads its
+// replies do not slow a working client down.
+func TestHostileIdleAndStuckClients(t *testing.T) {
+	b := twoExports()
+	s, addr := startServer(t, b, Options{MaxRequest: 1 << 20})
+	const idle = 1000
+	for i := range idle {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", i, err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		if i%2 == 1 {
+			c := &testClient{t: t, nc: nc, br: bufio.NewReader(nc)}
+			c.start(clientFlagFixedNewstyle | clientFlagNoZeroes)
+			if res := c.infoGo(optGo, "disk"); res.errType != 0 {
+				t.Fatalf("GO on idle connection %d: %#x", i, res.errType)
+			}
+		}
+	}
+	testutil.Eventually(t, 30*time.Second, "the server to hold every idle connection", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.mu.conns) >= idle
+	})
+
+	stuck, _ := connect(t, addr, "disk")
+	for i := range 64 {
+		// 64 MiB of replies nobody reads: the server blocks writing them
+		// on this connection only.
+		stuck.send(cmdRead, 0, uint64(i), 0, 1<<20, nil)
+	}
+
+	start := time.Now()
+	c, _ := connect(t, addr, "disk")
+	pat := bytes.Repeat([]byte{0x77}, 4096)
+	for i := range 100 {
+		off := uint64(i) * 4096
+		if errno, _ := c.cmd(cmdWrite, cmdFlagFUA, off, 4096, pat); errno != 0 {
+			t.Fatalf("WRITE: errno %d", errno)
+		}
+		if errno, data := c.cmd(cmdRead, 0, off, 4096, nil); errno != 0 || !bytes.Equal(data, pat) {
+			t.Fatalf("READ back: errno %d", errno)
+		}
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("200 requests beside %d idle and one stuck connection took %s", idle, d)
+	}
+	stuck.nc.Close() // lets its blocked replies fail now rather than at the write timeout
 }

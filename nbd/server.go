@@ -2,9 +2,11 @@ package nbd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -42,6 +44,11 @@ func (o *Options) EnsureDefaults() {
 }
 
 const (
+	// handshakeBuffer and transmitBuffer size a connection's read buffer
+	// during the handshake (small: a thousand idle connections cost
+	// little) and in the transmission phase.
+	handshakeBuffer = 4 << 10
+	transmitBuffer  = 64 << 10
 	// handshakeTimeout bounds the whole option negotiation.
 	handshakeTimeout = 30 * time.Second
 	// writeTimeout bounds writing one reply to a client that does not read.
@@ -223,7 +230,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		s:        s,
 		raw:      nc,
 		nc:       nc,
-		br:       bufio.NewReaderSize(nc, 64<<10),
+		br:       bufio.NewReaderSize(nc, handshakeBuffer),
 		log:      s.log.With("remote", remote),
 		ctx:      ctx,
 		cancel:   cancel,
@@ -271,8 +278,20 @@ func (c *conn) serve() {
 	}
 	c.setReadDeadline(time.Time{})
 	c.raw.SetWriteDeadline(time.Time{})
+	c.growReader()
 	c.log.Debug("nbd: transmission", "export", c.name, "size", c.size)
 	if err := c.transmit(); err != nil {
 		c.log.Info("nbd: connection ended", "export", c.name, "err", err)
 	}
+}
+
+// growReader gives the transmission phase a larger read buffer, keeping
+// the requests the client already sent behind its last option.
+func (c *conn) growReader() {
+	var rd io.Reader = c.nc
+	if n := c.br.Buffered(); n > 0 {
+		pending, _ := c.br.Peek(n)
+		rd = io.MultiReader(bytes.NewReader(bytes.Clone(pending)), c.nc)
+	}
+	c.br = bufio.NewReaderSize(rd, transmitBuffer)
 }

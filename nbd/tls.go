@@ -34,7 +34,7 @@ func (c *conn) optStartTLS(data []byte) error {
 	if err := tc.HandshakeContext(c.ctx); err != nil {
 		return fmt.Errorf("TLS handshake: %w", err)
 	}
-	c.nc, c.br = tc, bufio.NewReaderSize(tc, 64<<10)
+	c.nc, c.br = tc, bufio.NewReaderSize(tc, handshakeBuffer)
 	c.tls = true
 	c.structured, c.metaAlloc, c.metaExport = false, false, ""
 	return nil
