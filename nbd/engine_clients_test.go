@@ -410,32 +410,54 @@ var benchRunRE = regexp.MustCompile(`Run completed in ([0-9.]+) seconds`)
 // BenchmarkNBDWrite copies 1 GiB of random data into an export with
 // nbdcopy (4 connections, ending with a FLUSH).
 func BenchmarkNBDWrite(b *testing.B) {
-	benchNbdcopy(b, true)
+	benchNbdcopy(b, true, false)
 }
 
 // BenchmarkNBDRead copies a 1 GiB export to null: with nbdcopy.
 func BenchmarkNBDRead(b *testing.B) {
-	benchNbdcopy(b, false)
+	benchNbdcopy(b, false, false)
 }
 
-func benchNbdcopy(b *testing.B, write bool) {
+// BenchmarkNBDWriteTLS is BenchmarkNBDWrite over TLS (X.509).
+func BenchmarkNBDWriteTLS(b *testing.B) {
+	benchNbdcopy(b, true, true)
+}
+
+// BenchmarkNBDReadTLS is BenchmarkNBDRead over TLS (X.509).
+func BenchmarkNBDReadTLS(b *testing.B) {
+	benchNbdcopy(b, false, true)
+}
+
+// benchServer serves f in plain text or over TLS and returns the libnbd
+// URI of export and the qemu arguments that open it as a raw image.
+func benchServer(b *testing.B, f *engFS, export string, useTLS bool) (string, []string) {
+	if !useTLS {
+		s := startEngineServer(b, f)
+		return s.url(export), []string{"-f", "raw", s.url(export)}
+	}
+	p := newPKI(b, "bench")
+	addr := startEngineTLSServer(b, f, p, false)
+	return tlsURI(addr, export, p.Dir), qemuTLS(b, addr, export, p.Dir)
+}
+
+func benchNbdcopy(b *testing.B, write, useTLS bool) {
 	needTool(b, "nbdcopy")
 	const size = 1 << 30
 	src := filepath.Join(b.TempDir(), "src")
 	writeRandomFile(b, src, size, 3)
 	f := newEngFS(b, fs.Options{SegmentTarget: 32 << 20})
 	f.mkExport("disk0", size)
-	s := startEngineServer(b, f)
+	uri, _ := benchServer(b, f, "disk0", useTLS)
 	if !write {
-		tool(b, "nbdcopy", "--connections=4", "--flush", src, s.url("disk0"))
+		tool(b, "nbdcopy", "--connections=4", "--flush", src, uri)
 	}
 	b.SetBytes(size)
 	b.ResetTimer()
 	for range b.N {
 		if write {
-			tool(b, "nbdcopy", "--connections=4", "--flush", src, s.url("disk0"))
+			tool(b, "nbdcopy", "--connections=4", "--flush", src, uri)
 		} else {
-			tool(b, "nbdcopy", "--connections=4", s.url("disk0"), "null:")
+			tool(b, "nbdcopy", "--connections=4", uri, "null:")
 		}
 	}
 }
@@ -444,18 +466,28 @@ func benchNbdcopy(b *testing.B, write bool) {
 // a FLUSH every 1,000 requests), sequential and with a stride of 1 MiB +
 // 4 KiB so that each write lands in a different extent, and reports IOPS.
 func BenchmarkQemuImgBench4K(b *testing.B) {
+	benchQemuImg4K(b, false)
+}
+
+// BenchmarkQemuImgBench4KTLS is BenchmarkQemuImgBench4K over TLS (X.509).
+func BenchmarkQemuImgBench4KTLS(b *testing.B) {
+	benchQemuImg4K(b, true)
+}
+
+func benchQemuImg4K(b *testing.B, useTLS bool) {
 	needTool(b, "qemu-img")
 	for _, step := range []int{4096, 1<<20 + 4096} {
 		b.Run(fmt.Sprintf("step=%d", step), func(b *testing.B) {
 			const size, count = 4 << 30, 20000
 			f := newEngFS(b, fs.Options{SegmentTarget: 32 << 20})
 			f.mkExport("disk0", size)
-			s := startEngineServer(b, f)
+			_, target := benchServer(b, f, "disk0", useTLS)
 			b.ResetTimer()
 			var secs float64
 			for range b.N {
-				out := tool(b, "qemu-img", "bench", "-w", "-t", "none", "-s", "4096", "-S", strconv.Itoa(step),
-					"-c", strconv.Itoa(count), "-d", "16", "--flush-interval=1000", "-f", "raw", s.url("disk0"))
+				args := append([]string{"bench", "-w", "-t", "none", "-s", "4096", "-S", strconv.Itoa(step),
+					"-c", strconv.Itoa(count), "-d", "16", "--flush-interval=1000"}, target...)
+				out := tool(b, "qemu-img", args...)
 				m := benchRunRE.FindStringSubmatch(out)
 				if m == nil {
 					b.Fatalf("qemu-img bench output:\n%s", out)
