@@ -1,0 +1,105 @@
+package tests
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"ebbfs.dev/ebbfs/nbd/nbdtest"
+)
+
+// withNBDConfig inserts lines at the top of the config's [nbd] section.
+func (e *env) withNBDConfig(lines string) {
+	e.t.Helper()
+	b, err := os.ReadFile(e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("\n[nbd]\n")) {
+		e.t.Fatal("the config has no [nbd] section")
+	}
+	b = bytes.Replace(b, []byte("\n[nbd]\n"), []byte("\n[nbd]\n"+lines), 1)
+	if err := os.WriteFile(e.cfg, b, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestNBDTLS: a writer configured with a certificate serves NBD over TLS
+// only: nbdinfo and qemu-img connect with X.509 certificates from a CA
+// made here, plain clients and clients trusting another CA are refused,
+// the data path (qemu-io writes with FUA, FLUSH) works and what it wrote
+// is in the file; the unix socket stays plain. A config that would listen
+// off loopback without TLS is refused.
+func TestNBDTLS(t *testing.T) {
+	t.Parallel()
+	need(t, "nbdinfo", "qemu-img", "qemu-io", "truncate")
+	e := newEnv(t)
+	pki, err := nbdtest.NewPKI(filepath.Join(e.dir, "pki"), "ebbfs-e2e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := nbdtest.NewPKI(filepath.Join(e.dir, "other"), "someone else")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Off loopback without TLS: refused by the config check.
+	e.writeConfig("")
+	public := strings.Replace(e.nbdAddr, "127.0.0.1", "0.0.0.0", 1)
+	e.withNBDConfig("listen = [\"" + public + "\"]\n")
+	if r := e.ebbfs("config"); r.code == 0 || !strings.Contains(r.stderr+r.stdout, "not loopback") {
+		t.Fatalf("a plain listener on %s was accepted: %s", public, r)
+	}
+
+	e.writeConfig("")
+	e.withNBDConfig("tls_cert = \"" + pki.ServerCert() + "\"\ntls_key = \"" + pki.ServerKey() + "\"\n")
+	e.init()
+	p := e.mount()
+	const size = 64 << 20
+	if r := e.run("truncate", "-s", strconv.Itoa(size), e.path(".nbd/disk0")); r.code != 0 {
+		t.Fatalf("truncate: %s", r)
+	}
+	if !strings.Contains(p.out.String(), "nbds://"+e.nbdAddr) {
+		t.Errorf("the writer does not report its TLS address nbds://%s", e.nbdAddr)
+	}
+	tlsURI := func(dir string) string { return "nbds://" + e.nbdAddr + "/disk0?tls-certificates=" + dir }
+	if r := e.run("nbdinfo", "--size", tlsURI(pki.Dir)); r.code != 0 || strings.TrimSpace(r.stdout) != strconv.Itoa(size) {
+		t.Fatalf("nbdinfo over TLS: %s", r)
+	}
+	host, port, _ := strings.Cut(e.nbdAddr, ":")
+	qemu := func(dir string) []string {
+		return []string{"--object", "tls-creds-x509,id=tls0,endpoint=client,dir=" + dir, "--image-opts",
+			"driver=raw,file.driver=nbd,file.server.type=inet,file.server.host=" + host +
+				",file.server.port=" + port + ",file.export=disk0,file.tls-creds=tls0"}
+	}
+	if r := e.run("qemu-img", append([]string{"info", "--output=json"}, qemu(pki.Dir)...)...); r.code != 0 || !strings.Contains(r.stdout, `"virtual-size": `+strconv.Itoa(size)) {
+		t.Fatalf("qemu-img info over TLS: %s", r)
+	}
+	for name, cmd := range map[string][]string{
+		"plain nbdinfo":                {"nbdinfo", "--size", "nbd://" + e.nbdAddr + "/disk0"},
+		"plain qemu-img":               {"qemu-img", "info", "-f", "raw", "nbd://" + e.nbdAddr + "/disk0"},
+		"nbdinfo trusting another CA":  {"nbdinfo", "--size", tlsURI(other.Dir)},
+		"qemu-img trusting another CA": append([]string{"qemu-img", "info"}, qemu(other.Dir)...),
+	} {
+		if r := e.run(cmd[0], cmd[1:]...); r.code == 0 {
+			t.Errorf("%s was served: %s", name, r)
+		}
+	}
+	io := append([]string{"-c", "write -f -P 0x6b 4M 1M", "-c", "write -P 0x6b 5M 1M", "-c", "flush",
+		"-c", "read -P 0x6b 4M 2M"}, qemu(pki.Dir)...)
+	if r := e.run("qemu-io", io...); r.code != 0 || strings.Contains(r.stdout+r.stderr, "fail") || strings.Contains(r.stdout, "Pattern verification") {
+		t.Fatalf("qemu-io over TLS: %s", r)
+	}
+	img := readFile(t, e.path(".nbd/disk0"))
+	if !bytes.Equal(img[4<<20:6<<20], bytes.Repeat([]byte{0x6b}, 2<<20)) {
+		t.Fatal("what qemu-io wrote over TLS is not in the file")
+	}
+	sock := filepath.Join(e.cache, "nbd.sock")
+	if r := e.run("nbdinfo", "--size", "nbd+unix:///disk0?socket="+sock); r.code != 0 || strings.TrimSpace(r.stdout) != strconv.Itoa(size) {
+		t.Fatalf("nbdinfo over the unix socket (plain): %s", r)
+	}
+	p.stop()
+}
