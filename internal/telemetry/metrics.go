@@ -112,7 +112,7 @@ func NewCollector(src *Source, sampler *Sampler) *Collector {
 	c.fuseErrors = d("ebbfs_fuse_operation_errors_total", "FUSE requests answered with an error (not ENOENT, ENODATA or EINTR), by operation.", "op")
 	c.fuseBytes = d("ebbfs_fuse_bytes_total", "Bytes read and written through FUSE, by operation (read, write, copy_file_range).", "op")
 	c.fuseDuration = d("ebbfs_fuse_operation_duration_seconds", "FUSE request latency, by operation.", "op")
-	c.nbdOps = d("ebbfs_nbd_operations_total", "NBD commands, by command (read, write, trim, write_zeroes, flush).", "op")
+	c.nbdOps = d("ebbfs_nbd_operations_total", "NBD commands, by command (read, write, trim, write_zeroes, flush, block_status).", "op")
 	c.nbdErrors = d("ebbfs_nbd_operation_errors_total", "NBD commands that failed, by command.", "op")
 	c.nbdBytes = d("ebbfs_nbd_bytes_total", "Bytes read and written through NBD, by command (read, write).", "op")
 	c.nbdDuration = d("ebbfs_nbd_operation_duration_seconds", "NBD command latency, by command.", "op")
