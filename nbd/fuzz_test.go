@@ -2,6 +2,7 @@ package nbd
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"ebbfs.dev/ebbfs/nbd/nbdtest"
 )
 
 const fuzzExportSize = 64 << 10
@@ -24,6 +27,12 @@ func fuzzServe(t *testing.T, input []byte) *memBackend {
 
 // fuzzServeOut is fuzzServe that also returns what the server sent.
 func fuzzServeOut(t *testing.T, input []byte) (*memBackend, []byte) {
+	return fuzzServeTLS(t, input, nil)
+}
+
+// fuzzServeTLS is fuzzServeOut on a connection that requires TLS with cfg
+// (none when nil).
+func fuzzServeTLS(t *testing.T, input []byte, cfg *tls.Config) (*memBackend, []byte) {
 	b := newMemBackend(map[string]int64{"disk": fuzzExportSize, "small": 4096})
 	s := NewServer(b, Options{
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -34,7 +43,9 @@ func fuzzServeOut(t *testing.T, input []byte) (*memBackend, []byte) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.serveConn(srv)
+		if done := s.startConn(srv, cfg); done != nil {
+			<-done
+		}
 	}()
 	drained := make(chan struct{})
 	var out bytes.Buffer
@@ -303,4 +314,59 @@ func FuzzParseMetaRequest(f *testing.F) {
 			t.Fatalf("accepted %x, re-encodes as %x", data, again)
 		}
 	})
+}
+
+// FuzzTLSGate fuzzes the handshake of a connection that requires TLS:
+// before STARTTLS only ABORT and STARTTLS may get anything but
+// NBD_REP_ERR_TLS_REQD, and whatever follows STARTTLS goes to the TLS
+// handshake (which must fail on these inputs: the fuzzer speaks no TLS).
+func FuzzTLSGate(f *testing.F) {
+	p, err := nbdtest.NewPKI(f.TempDir(), "fuzz")
+	if err != nil {
+		f.Fatal(err)
+	}
+	cfg, err := LoadTLSConfig(TLSFiles{Cert: p.ServerCert(), Key: p.ServerKey()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	flags := u32(clientFlagFixedNewstyle | clientFlagNoZeroes)
+	f.Add(goPrefix)
+	f.Add(structuredPrefix)
+	f.Add(cat(flags, optBytes(optList, nil), optBytes(optStartTLS, nil), []byte{0x16, 3, 1, 0, 5, 1, 0, 0, 1, 0}))
+	f.Add(cat(flags, optBytes(optStartTLS, []byte{1}), optBytes(optExportName, []byte("disk"))))
+	f.Fuzz(func(t *testing.T, input []byte) {
+		b, out := fuzzServeTLS(t, input, cfg)
+		if n := b.opens.Load(); n != 0 {
+			t.Fatalf("an export was opened %d times without TLS", n)
+		}
+		if err := checkTLSGate(out); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// checkTLSGate checks the option replies of a TLS-required handshake up
+// to a STARTTLS ACK: nothing but TLS_REQD, ABORT's ACK and STARTTLS's
+// answers.
+func checkTLSGate(out []byte) error {
+	if len(out) < 18 {
+		return nil // closed before the greeting was read
+	}
+	for out = out[18:]; len(out) >= 20; {
+		opt, typ, n := binary.BigEndian.Uint32(out[8:]), binary.BigEndian.Uint32(out[12:]), binary.BigEndian.Uint32(out[16:])
+		switch {
+		case binary.BigEndian.Uint64(out) != optReplyMagic:
+			return fmt.Errorf("option reply magic %x", out[:8])
+		case opt == optStartTLS && typ == repAck:
+			return nil // the rest is TLS
+		case opt == optStartTLS, opt == optAbort && typ == repAck, typ == repErrTLSReqd, typ == repErrTooBig:
+		default:
+			return fmt.Errorf("option %d answered %#x before STARTTLS", opt, typ)
+		}
+		if uint64(len(out)-20) < uint64(n) {
+			return fmt.Errorf("option reply cut short")
+		}
+		out = out[20+n:]
+	}
+	return nil
 }

@@ -162,13 +162,6 @@ func (s *Server) startConn(nc net.Conn, cfg *tls.Config) <-chan struct{} {
 	return done
 }
 
-// serveConn serves one connection to its end (tests and fuzzing).
-func (s *Server) serveConn(nc net.Conn) {
-	if done := s.startConn(nc, nil); done != nil {
-		<-done
-	}
-}
-
 func (s *Server) removeConn(c *conn) {
 	s.mu.Lock()
 	delete(s.mu.conns, c)
