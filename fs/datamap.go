@@ -1,24 +1,22 @@
 package fs
 
-import (
-	"context"
-	"errors"
-	"slices"
-
-	"ebbfs.dev/ebbfs/lsm/schema"
-	"ebbfs.dev/ebbfs/segment"
-)
+import "context"
 
 // DataRange is a byte range of a file that holds data.
 type DataRange struct {
 	Off, Len int64
 }
 
+// dataRangeWindow is how many extents DataRanges asks holes about at a
+// time: it bounds the pointers held at once for a long, full range.
+const dataRangeWindow = 1 << 16
+
 // DataRanges lists the ranges of ino within [off, off+length) that hold
 // data (dirty, being flushed, or committed extents), in order, adjacent
 // extents merged, clipped to the range and to the file's size. Everything
 // else in [off, end) is a hole that reads as zeroes. It reads the extent
-// map only, never a frame, so it costs no store request.
+// map only (as SEEK_DATA and fallocate do), never a frame, so it costs no
+// store request.
 //
 // At most maxRanges ranges are returned; end is how far the answer is
 // complete: min(off+length, size), or less when maxRanges cut it short
@@ -40,82 +38,38 @@ func (e *Engine) DataRanges(ctx context.Context, ino uint64, off, length int64, 
 	if off >= size {
 		return nil, 0, ErrNoData
 	}
-	end = min(size, off+min(length, size-off))
+	end = off + min(length, size-off)
 	es := int64(n.es())
-	first, last := uint64(off/es), uint64((end-1)/es) // extent indexes, inclusive
-	idx, stop, err := e.dataExtentsLocked(n, first, last, maxRanges)
-	if err != nil {
-		return nil, 0, err
-	}
-	if stop <= last {
-		end = int64(stop) * es
-	}
-	for _, i := range idx {
-		lo, hi := max(off, int64(i)*es), min(end, int64(i+1)*es)
-		if lo >= hi {
-			continue
-		}
+	add := func(from, to uint64) { // extents [from, to) hold data
+		lo, hi := max(off, int64(from)*es), min(end, int64(to)*es)
 		if k := len(ranges) - 1; k >= 0 && ranges[k].Off+ranges[k].Len == lo {
 			ranges[k].Len += hi - lo
-			continue
+			return
 		}
 		ranges = append(ranges, DataRange{Off: lo, Len: hi - lo})
 	}
-	if len(ranges) > maxRanges {
-		// Dirty extents split the committed runs further.
-		end = ranges[maxRanges].Off
-		ranges = ranges[:maxRanges]
+	last := uint64((end-1)/es) + 1
+	for w := uint64(off / es); w < last; w += dataRangeWindow {
+		wEnd := min(last, w+dataRangeWindow)
+		hs, err := e.holes(n, w, wEnd)
+		if err != nil {
+			return nil, 0, err
+		}
+		at := w
+		for _, h := range hs {
+			if h.From > at {
+				add(at, h.From)
+			}
+			at = h.To
+		}
+		if at < wEnd {
+			add(at, wEnd)
+		}
+		if len(ranges) > maxRanges {
+			end = ranges[maxRanges].Off
+			ranges = ranges[:maxRanges]
+			break
+		}
 	}
 	return ranges, end, nil
-}
-
-// dataExtentsLocked returns, sorted, the indexes in [first, last] of n's
-// extents that hold data, and stop: the answer covers [first, stop), which
-// is last+1 unless more than maxRanges runs of committed extents were
-// found. Caller holds n.mu.
-func (e *Engine) dataExtentsLocked(n *inode, first, last uint64, maxRanges int) ([]uint64, uint64, error) {
-	var idx []uint64
-	runs := 0
-	stop := last + 1
-	lo, hi := schema.ExtentRange(n.ino, first, last+1)
-	masked := e.ranges.has(n.ino)
-	err := e.scan(lo, hi, func(k, v []byte) error {
-		_, i, err := schema.ParseExtentKey(k)
-		if err != nil {
-			return err
-		}
-		if masked {
-			p, err := segment.UnmarshalPointer(v)
-			if err != nil {
-				return err
-			}
-			if e.ranges.dead(n.ino, i, p) {
-				return nil // dropped by a truncate; the cleaner removes it
-			}
-		}
-		if len(idx) == 0 || idx[len(idx)-1]+1 != i {
-			runs++
-			if runs > maxRanges {
-				stop = i
-				return errStopScan
-			}
-		}
-		idx = append(idx, i)
-		return nil
-	})
-	if err != nil && !errors.Is(err, errStopScan) {
-		return nil, 0, err
-	}
-	for i := range n.dirty {
-		if i >= first && i < stop {
-			idx = append(idx, i)
-		}
-	}
-	for i := range n.flushing {
-		if i >= first && i < stop {
-			idx = append(idx, i)
-		}
-	}
-	slices.Sort(idx)
-	return slices.Compact(idx), stop, nil
 }

@@ -13,33 +13,11 @@ import (
 	"ebbfs.dev/ebbfs/nbd/nbdtest"
 )
 
-// startEngineTLSServer serves f on a loopback listener that requires TLS
-// with p's server certificate (and client certificates from p's CA when
-// clientCA is set). It returns the address.
+// startEngineTLSServer serves f's backend on a loopback listener that
+// requires TLS (startTLSServer).
 func startEngineTLSServer(t testing.TB, f *engFS, p nbdtest.PKI, clientCA bool) string {
 	t.Helper()
-	tf := TLSFiles{Cert: p.ServerCert(), Key: p.ServerKey()}
-	if clientCA {
-		tf.ClientCA = p.CA()
-	}
-	cfg, err := LoadTLSConfig(tf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(f.b, Options{Logger: testLogger(t)})
-	done := make(chan error, 1)
-	go func() { done <- s.ServeTLS(l, cfg) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; err != nil {
-			t.Errorf("ServeTLS: %v", err)
-		}
-	})
-	return l.Addr().String()
+	return startTLSServer(t, f.b, p, clientCA)
 }
 
 // tlsURI is the libnbd URI of export over TLS with the certificates of dir.

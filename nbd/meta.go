@@ -21,43 +21,46 @@ type metaRequest struct {
 // the reason it is malformed.
 func parseMetaRequest(data []byte) (metaRequest, string) {
 	var m metaRequest
-	if len(data) < 8 {
-		return m, "short request"
+	name, rest, ok := cutString(data)
+	if !ok || len(rest) < 4 {
+		return m, "bad export name"
 	}
-	nl := binary.BigEndian.Uint32(data)
-	if uint64(nl) > uint64(len(data)-8) {
-		return m, "bad export name length"
-	}
-	name := data[4 : 4+nl]
 	if !validName(name) {
 		return m, "invalid export name"
 	}
 	m.export = string(name)
-	rest := data[4+nl:]
 	n := binary.BigEndian.Uint32(rest)
 	rest = rest[4:]
 	if n > maxMetaQueries {
 		return m, "too many queries"
 	}
 	for range n {
-		if len(rest) < 4 {
-			return m, "short query"
-		}
-		ql := binary.BigEndian.Uint32(rest)
-		if uint64(ql) > uint64(len(rest)-4) {
+		var q []byte
+		q, rest, ok = cutString(rest)
+		if !ok {
 			return m, "bad query length"
 		}
-		q := rest[4 : 4+ql]
 		if !validName(q) {
 			return m, "invalid query"
 		}
 		m.queries = append(m.queries, string(q))
-		rest = rest[4+ql:]
 	}
 	if len(rest) != 0 {
 		return m, "trailing data"
 	}
 	return m, ""
+}
+
+// cutString splits a string prefixed by its u32 length off b.
+func cutString(b []byte) (s, rest []byte, ok bool) {
+	if len(b) < 4 {
+		return nil, nil, false
+	}
+	n := binary.BigEndian.Uint32(b)
+	if uint64(n) > uint64(len(b)-4) {
+		return nil, nil, false
+	}
+	return b[4 : 4+n], b[4+n:], true
 }
 
 // matchesAlloc reports whether the queries select base:allocation. An
