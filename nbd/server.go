@@ -210,7 +210,8 @@ type conn struct {
 	readOnly   bool
 
 	wmu  sync.Mutex
-	werr error // first reply write error; later replies are dropped
+	werr error         // first reply write error; later replies are dropped
+	bw   *bufio.Writer // over TLS: gathers a reply's pieces into few records
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -271,16 +272,20 @@ func (c *conn) serve() {
 	}
 	c.setReadDeadline(time.Time{})
 	c.raw.SetWriteDeadline(time.Time{})
-	c.growReader()
+	c.growBuffers()
 	c.log.Debug("nbd: transmission", "export", c.name, "size", c.size)
 	if err := c.transmit(); err != nil {
 		c.log.Info("nbd: connection ended", "export", c.name, "err", err)
 	}
 }
 
-// growReader gives the transmission phase a larger read buffer, keeping
-// the requests the client already sent behind its last option.
-func (c *conn) growReader() {
+// growBuffers gives the transmission phase a larger read buffer, keeping
+// the requests the client already sent behind its last option, and over
+// TLS a write buffer.
+func (c *conn) growBuffers() {
+	if c.tls {
+		c.bw = bufio.NewWriterSize(c.nc, transmitBuffer)
+	}
 	var rd io.Reader = c.nc
 	if n := c.br.Buffered(); n > 0 {
 		pending, _ := c.br.Peek(n)

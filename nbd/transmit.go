@@ -152,12 +152,28 @@ func (c *conn) send(bufs net.Buffers) {
 		return
 	}
 	c.raw.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := bufs.WriteTo(c.nc); err != nil {
+	if err := c.write(bufs); err != nil {
 		c.werr = err
 		c.log.Info("nbd: writing reply", "export", c.name, "err", err)
 		// The stream is broken: make the reader stop too.
 		c.raw.Close()
 	}
+}
+
+// write writes bufs: with writev on a plain connection; through c.bw over
+// TLS, where each Write would otherwise be a TLS record and a system call
+// of its own (a header of 16 or 20 bytes, then the data).
+func (c *conn) write(bufs net.Buffers) error {
+	if c.bw == nil {
+		_, err := bufs.WriteTo(c.nc)
+		return err
+	}
+	for _, b := range bufs {
+		if _, err := c.bw.Write(b); err != nil {
+			return err
+		}
+	}
+	return c.bw.Flush()
 }
 
 // handle runs one request against the export and replies.
