@@ -49,7 +49,12 @@ func TestNBDTLS(t *testing.T) {
 	// Off loopback without TLS: refused by the config check.
 	e.writeConfig("")
 	public := strings.Replace(e.nbdAddr, "127.0.0.1", "0.0.0.0", 1)
-	e.withNBDConfig("listen = [\"" + public + "\"]\n")
+	cfg := readFile(t, e.cfg)
+	plain := bytes.Replace(cfg, []byte("listen = [\""+e.nbdAddr+"\"]"), []byte("listen = [\""+public+"\"]"), 1)
+	if bytes.Equal(plain, cfg) {
+		t.Fatal("no nbd.listen line to change")
+	}
+	writeFile(t, e.cfg, plain)
 	if r := e.ebbfs("config"); r.code == 0 || !strings.Contains(r.stderr+r.stdout, "not loopback") {
 		t.Fatalf("a plain listener on %s was accepted: %s", public, r)
 	}
