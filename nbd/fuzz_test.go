@@ -43,7 +43,11 @@ func fuzzServeTLS(t *testing.T, input []byte, cfg *tls.Config) (*memBackend, []b
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if done := s.startConn(srv, cfg); done != nil {
+		var start tlsStart
+		if cfg != nil {
+			start = x509Start(cfg)
+		}
+		if done := s.startConn(srv, start); done != nil {
 			<-done
 		}
 	}()

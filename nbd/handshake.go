@@ -69,7 +69,7 @@ func (c *conn) handshake() (bool, error) {
 // option handles one option. It returns true when the transmission phase
 // starts, and an error when the connection must close.
 func (c *conn) option(opt uint32, data []byte, noZeroes bool) (bool, error) {
-	if c.tlsConfig != nil && !c.tls {
+	if c.tlsStart != nil && !c.tls {
 		// TLS is required and not started yet: only STARTTLS and ABORT
 		// are answered.
 		switch opt {

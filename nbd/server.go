@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/gnutls"
 	"ebbfs.dev/ebbfs/internal/worker"
 )
 
@@ -95,10 +96,20 @@ func (s *Server) ServeTLS(l net.Listener, cfg *tls.Config) error {
 		l.Close()
 		return errors.New("nbd: ServeTLS without a TLS configuration")
 	}
-	return s.serve(l, cfg)
+	return s.serve(l, x509Start(cfg))
 }
 
-func (s *Server) serve(l net.Listener, cfg *tls.Config) error {
+// ServePSK is ServeTLS with pre-shared keys (TLS-PSK) instead of
+// certificates: the handshake is GnuTLS's, with the keys of p.
+func (s *Server) ServePSK(l net.Listener, p *gnutls.PSKServer) error {
+	if p == nil {
+		l.Close()
+		return errors.New("nbd: ServePSK without keys")
+	}
+	return s.serve(l, pskStart(p))
+}
+
+func (s *Server) serve(l net.Listener, start tlsStart) error {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -130,7 +141,7 @@ func (s *Server) serve(l net.Listener, cfg *tls.Config) error {
 			return err
 		}
 		backoff = 0
-		s.startConn(nc, cfg)
+		s.startConn(nc, start)
 	}
 }
 
@@ -143,9 +154,9 @@ func (s *Server) isClosed() bool {
 // startConn serves nc in a goroutine of the server's group and returns a
 // channel closed when that ends; nil when the server is closed (nc is
 // closed then).
-func (s *Server) startConn(nc net.Conn, cfg *tls.Config) <-chan struct{} {
+func (s *Server) startConn(nc net.Conn, start tlsStart) <-chan struct{} {
 	c := s.newConn(nc)
-	c.tlsConfig = cfg
+	c.tlsStart = start
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {
@@ -199,11 +210,11 @@ type conn struct {
 	closing atomic.Bool
 
 	// Set by the handshake, read-only afterwards.
-	tlsConfig  *tls.Config // TLS required when set
-	tls        bool        // STARTTLS done
-	structured bool        // NBD_OPT_STRUCTURED_REPLY negotiated
-	metaAlloc  bool        // base:allocation selected ...
-	metaExport string      // ... for this export
+	tlsStart   tlsStart // TLS required when set
+	tls        bool     // STARTTLS done
+	structured bool     // NBD_OPT_STRUCTURED_REPLY negotiated
+	metaAlloc  bool     // base:allocation selected ...
+	metaExport string   // ... for this export
 	exp        Export
 	name       string
 	size       int64

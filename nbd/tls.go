@@ -2,11 +2,16 @@ package nbd
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
+
+	"ebbfs.dev/ebbfs/internal/gnutls"
 )
 
 // optStartTLS handles NBD_OPT_STARTTLS: an ACK in plain text, then a TLS
@@ -15,7 +20,7 @@ import (
 // forgotten, as the protocol requires.
 func (c *conn) optStartTLS(data []byte) error {
 	switch {
-	case c.tlsConfig == nil:
+	case c.tlsStart == nil:
 		return c.optReply(optStartTLS, repErrUnsup, []byte("TLS is not configured on this listener"))
 	case c.tls:
 		return c.optReply(optStartTLS, repErrInvalid, []byte("TLS already started"))
@@ -30,14 +35,42 @@ func (c *conn) optStartTLS(data []byte) error {
 		// would otherwise be taken as if they came over TLS.
 		return errors.New("NBD_OPT_STARTTLS: client sent data before the TLS handshake")
 	}
-	tc := tls.Server(c.raw, c.tlsConfig)
-	if err := tc.HandshakeContext(c.ctx); err != nil {
+	tc, err := c.tlsStart(c.ctx, c.raw, c.log)
+	if err != nil {
 		return fmt.Errorf("TLS handshake: %w", err)
 	}
 	c.nc, c.br = tc, bufio.NewReaderSize(tc, handshakeBuffer)
 	c.tls = true
 	c.structured, c.metaAlloc, c.metaExport = false, false, ""
 	return nil
+}
+
+// tlsStart runs the server side of a TLS handshake on raw after
+// NBD_OPT_STARTTLS and returns the connection inside TLS.
+type tlsStart func(ctx context.Context, raw net.Conn, log *slog.Logger) (net.Conn, error)
+
+// x509Start is crypto/tls with certificates.
+func x509Start(cfg *tls.Config) tlsStart {
+	return func(ctx context.Context, raw net.Conn, _ *slog.Logger) (net.Conn, error) {
+		tc := tls.Server(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, err
+		}
+		return tc, nil
+	}
+}
+
+// pskStart is GnuTLS with pre-shared keys; the identity the client used
+// goes to the log.
+func pskStart(p *gnutls.PSKServer) tlsStart {
+	return func(ctx context.Context, raw net.Conn, log *slog.Logger) (net.Conn, error) {
+		tc, err := p.Handshake(ctx, raw)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("nbd: TLS-PSK client", "identity", tc.Identity())
+		return tc, nil
+	}
 }
 
 // TLSFiles names the PEM files of a TLS listener.

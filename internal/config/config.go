@@ -136,6 +136,10 @@ type NBD struct {
 	// TLSClientCA (PEM), when set, makes TLS clients present a
 	// certificate signed by it.
 	TLSClientCA string `toml:"tls_client_ca"`
+	// TLSPSKFile (GnuTLS psktool format, "identity:hexkey" lines) makes
+	// every TCP listener require TLS with pre-shared keys instead of
+	// certificates; it excludes tls_cert.
+	TLSPSKFile string `toml:"tls_psk_file"`
 	// TrustedNetwork allows a non-loopback listen address without TLS.
 	TrustedNetwork bool `toml:"trusted_network"`
 }
@@ -262,6 +266,7 @@ func (c *Config) resolve(base string) {
 		abs(c.NBD.UnixSocket)
 	}
 	abs(&c.NBD.TLSCert)
+	abs(&c.NBD.TLSPSKFile)
 	abs(&c.NBD.TLSKey)
 	abs(&c.NBD.TLSClientCA)
 }

@@ -165,6 +165,7 @@ func TestErrors(t *testing.T) {
 		{"nbd hostname without tls", base + "[nbd]\nlisten = [\"nas.example:10809\"]\n", "not loopback"},
 		{"nbd cert without key", base + "[nbd]\ntls_cert = \"/c.pem\"\n", "go together"},
 		{"nbd client ca without cert", base + "[nbd]\ntls_client_ca = \"/ca.pem\"\n", "tls_client_ca needs"},
+		{"nbd psk beside cert", base + "[nbd]\ntls_psk_file = \"/k.psk\"\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n", "exclude each other"},
 		{"admin port", base + "[admin]\nlisten = \"127.0.0.1:99999\"\n", "0..65535"},
 		{"admin = nbd", base + "[nbd]\nlisten = [\"127.0.0.1:5\"]\n[admin]\nlisten = \"127.0.0.1:5\"\n", "also an nbd.listen"},
 		{"long socket", base + "[admin]\nunix_socket = \"/" + strings.Repeat("s", 200) + "\"\n", "longer than"},
@@ -305,12 +306,15 @@ func TestNBDNonLoopback(t *testing.T) {
 	for _, extra := range []string{
 		"trusted_network = true\n",
 		"tls_cert = \"tls/cert.pem\"\ntls_key = \"tls/key.pem\"\ntls_client_ca = \"tls/ca.pem\"\n",
+		"tls_psk_file = \"tls/keys.psk\"\n",
 	} {
 		c, err := Parse([]byte(base+"[nbd]\nlisten = [\"0.0.0.0:10809\"]\n"+extra), "/etc/ebbfs")
 		if err != nil {
 			t.Fatalf("%q: %v", extra, err)
 		}
-		if c.NBD.TLS() != (c.NBD.TLSCert != "") || (c.NBD.TLS() && c.NBD.TLSClientCA != "/etc/ebbfs/tls/ca.pem") {
+		psk := c.NBD.TLSPSKFile != ""
+		if c.NBD.TLS() != (c.NBD.TLSCert != "" || psk) || (c.NBD.TLSCert != "" && c.NBD.TLSClientCA != "/etc/ebbfs/tls/ca.pem") ||
+			(psk && c.NBD.TLSPSKFile != "/etc/ebbfs/tls/keys.psk") {
 			t.Errorf("%q: %+v", extra, c.NBD)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/config"
+	"ebbfs.dev/ebbfs/internal/gnutls"
 	"ebbfs.dev/ebbfs/internal/stats"
 	"ebbfs.dev/ebbfs/internal/worker"
 	"ebbfs.dev/ebbfs/nbd"
@@ -15,13 +16,21 @@ import (
 
 // startNBD listens on the configured addresses and serves the exports. It
 // returns the addresses (as nbd:// URIs, nbds:// for TLS) and a stop
-// function. With nbd.tls_cert set every TCP listener requires TLS; the
-// unix socket (mode 0600) stays plain.
+// function. With nbd.tls_cert or nbd.tls_psk_file set every TCP listener
+// requires TLS; the unix socket (mode 0600) stays plain.
 func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, ops *stats.Ops) ([]string, func(), error) {
 	var ls []net.Listener
 	var addrs []string
 	var tlsConfig *tls.Config
-	if c.NBD.TLS() {
+	var psk *gnutls.PSKServer
+	switch {
+	case c.NBD.TLSPSKFile != "":
+		p, err := gnutls.NewPSKServer(c.NBD.TLSPSKFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("nbd.tls_psk_file: %w", err)
+		}
+		psk = p
+	case c.NBD.TLSCert != "":
 		cfg, err := nbd.LoadTLSConfig(nbd.TLSFiles{Cert: c.NBD.TLSCert, Key: c.NBD.TLSKey, ClientCA: c.NBD.TLSClientCA})
 		if err != nil {
 			return nil, nil, err
@@ -29,13 +38,16 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 		tlsConfig = cfg
 	}
 	scheme := "nbd://"
-	if tlsConfig != nil {
+	if c.NBD.TLS() {
 		scheme = "nbds://"
 	}
 	tcp := map[net.Listener]bool{}
 	fail := func(err error) ([]string, func(), error) {
 		for _, l := range ls {
 			l.Close()
+		}
+		if psk != nil {
+			psk.Close()
 		}
 		return nil, nil, err
 	}
@@ -57,6 +69,9 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 		addrs = append(addrs, "nbd+unix:///?socket="+p)
 	}
 	if len(ls) == 0 {
+		if psk != nil {
+			psk.Close()
+		}
 		return nil, func() {}, nil
 	}
 	srv := nbd.NewServer(timedBackend{Backend: nbd.NewEngineBackend(e), ops: ops}, nbd.Options{Logger: log, ReadOnly: readOnly})
@@ -64,7 +79,10 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 	for _, l := range ls {
 		serving.Go(func() {
 			serve := srv.Serve
-			if tlsConfig != nil && tcp[l] {
+			switch {
+			case psk != nil && tcp[l]:
+				serve = func(l net.Listener) error { return srv.ServePSK(l, psk) }
+			case tlsConfig != nil && tcp[l]:
 				serve = func(l net.Listener) error { return srv.ServeTLS(l, tlsConfig) }
 			}
 			if err := serve(l); err != nil {
@@ -77,6 +95,9 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 			log.Warn("nbd: close", "err", err)
 		}
 		serving.Wait()
+		if psk != nil {
+			psk.Close() // every connection has ended: Close waited for them
+		}
 		if p := c.NBDUnixSocket(); p != "" {
 			_ = removeIfSocket(p)
 		}

@@ -27,12 +27,12 @@ var layers = map[string][]string{
 	// The daemon wires the engine, reclamation, FUSE, NBD and the admin
 	// endpoint; telemetry, the monitor and the mount helper sit below it
 	// and beside each other.
-	"internal/daemon":      {"fs", "fs/fuse", "nbd", "reclaim", "checkpoint", "objstore", "internal/admin", "internal/config", "internal/telemetry", "internal/mountinfo", "internal/clock", "internal/failpoint", "internal/keys", "internal/stats", "internal/worker"},
+	"internal/daemon":      {"fs", "fs/fuse", "nbd", "reclaim", "checkpoint", "objstore", "internal/admin", "internal/config", "internal/gnutls", "internal/telemetry", "internal/mountinfo", "internal/clock", "internal/failpoint", "internal/keys", "internal/stats", "internal/worker"},
 	"internal/telemetry":   {"fs", "reclaim", "checkpoint", "segment", "segread", "objstore", "internal/clock", "internal/stats", "internal/worker"},
 	"internal/monitor":     {"internal/telemetry", "internal/admin", "checkpoint", "internal/stats"},
 	"internal/mounthelper": {"fs/fuse", "internal/config", "internal/mountinfo"},
 	"fs/fuse":              {"fs"},
-	"nbd":                  {"fs"},
+	"nbd":                  {"fs", "internal/gnutls"},
 	"nbd/nbdtest":          {},
 	"fs":                   {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
 	"reclaim":              {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
@@ -46,6 +46,7 @@ var layers = map[string][]string{
 	"objstore/storetest":   {"objstore"},
 	"internal/admin":       {"internal/worker"},
 	"internal/config":      {},
+	"internal/gnutls":      {},
 	"internal/s3test":      {"objstore", "internal/worker"},
 	"internal/clock":       {},
 	"internal/failpoint":   {},
