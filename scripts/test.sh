@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs every test, as make test does: one go test over all packages (the
+# end-to-end tests that own their resources run t.Parallel there), and
+# beside it one go test per group of tests/alone.txt, each running its
+# group's tests one at a time. Every line of output is prefixed with the
+# run it comes from; the script fails if any run fails, and says which.
+#
+# Settings come from the environment (the Makefile passes its own):
+# GO, TEST_TAGS, TEST_PARALLEL, TEST_TIMEOUT.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+go=${GO:-go}
+tags=${TEST_TAGS:-ebbfs_testclock}
+parallel=${TEST_PARALLEL:-4}
+timeout=${TEST_TIMEOUT:-40m}
+
+# group -> "TestA|TestB"
+declare -A groups=()
+while read -r group name; do
+	case "$group" in '' | '#'*) continue ;; esac
+	groups[$group]+="${groups[$group]:+|}$name"
+done <tests/alone.txt
+all=$(IFS='|'; echo "${groups[*]}")
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/ebbfs-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# run NAME ARGS...: go test ARGS with output prefixed by NAME; its exit
+# status goes to a file (a status file, not wait's, as in docs/model).
+run() {
+	local name=$1
+	shift
+	(
+		"$go" test -tags "$tags" -count=1 -timeout "$timeout" "$@" 2>&1 | sed -u "s/^/[$name] /"
+		echo "${PIPESTATUS[0]}" >"$work/$name.rc"
+	) &
+}
+
+start=$SECONDS
+names=(main)
+run main -parallel "$parallel" -skip "^($all)\$" ./...
+for group in $(printf '%s\n' "${!groups[@]}" | sort); do
+	names+=("$group")
+	run "$group" -run "^(${groups[$group]})\$" ./tests
+done
+wait
+
+failed=()
+for name in "${names[@]}"; do
+	rc=$(cat "$work/$name.rc" 2>/dev/null || echo "no status (killed?)")
+	echo "test.sh: $name exited $rc"
+	[ "$rc" = 0 ] || failed+=("$name")
+done
+echo "test.sh: ${#names[@]} runs in $((SECONDS - start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "test.sh: FAILED: ${failed[*]}"
+	exit 1
+fi
