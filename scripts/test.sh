@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test, as make test does: one go test over all packages (the
-# end-to-end tests that own their resources run t.Parallel there), and
-# beside it one go test per group of tests/alone.txt, each running its
-# group's tests one at a time. Every line of output is prefixed with the
+# Runs every test, as make test does, in go test runs started together:
+# "units" (every package but tests/), "e2e" (tests/, whose end-to-end tests
+# that own their resources run t.Parallel), and one run per group of
+# tests/alone.txt, each running its group's tests one at a time. The
+# end-to-end runs are the longest, so none of them waits for a unit
+# package to finish first. Every line of output is prefixed with the
 # run it comes from; the script fails if any run fails, and says which.
 #
 # Settings come from the environment (the Makefile passes its own):
@@ -38,8 +40,11 @@ run() {
 }
 
 start=$SECONDS
-names=(main)
-run main -parallel "$parallel" -skip "^($all)\$" ./...
+units=$("$go" list -tags "$tags" ./...) || { echo "test.sh: go list failed"; exit 1; }
+mapfile -t units < <(grep -v '/tests$' <<<"$units")
+names=(units e2e)
+run units -parallel "$parallel" "${units[@]}"
+run e2e -parallel "$parallel" -skip "^($all)\$" ./tests
 for group in $(printf '%s\n' "${!groups[@]}" | sort); do
 	names+=("$group")
 	run "$group" -run "^(${groups[$group]})\$" ./tests
