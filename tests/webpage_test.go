@@ -68,6 +68,15 @@ type spaceAll struct {
 	SegmentCount, TombstonesPending                                    int
 }
 
+// noDeadBytes reports whether `ebbfs space --json` shows no dead byte in
+// the store, neither awaiting its deadline nor due: every deleted byte
+// has been freed.
+func (e *env) noDeadBytes() bool {
+	var sp spaceAll
+	r := e.ebbfs("space", "--json")
+	return r.code == 0 && json.Unmarshal([]byte(r.stdout), &sp) == nil && sp.DeadBytes == 0 && sp.AwaitingBytes == 0
+}
+
 // TestWebPageChartsReclamation loads the admin page of the real writer in
 // headless Chromium, runs a workload (large files written and deleted),
 // and reads the DOM: the tombstone-cleanup chart has points adding up to
@@ -131,9 +140,7 @@ func TestWebPageChartsReclamation(t *testing.T) {
 		if m.Engine.ExtentsCleaned != uint64(extents) || m.ReclaimTotals == nil || m.ReclaimTotals.Deleted < files {
 			return false
 		}
-		var sp spaceAll
-		r := e.ebbfs("space", "--json")
-		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &sp) == nil && sp.DeadBytes == 0 && sp.AwaitingBytes == 0
+		return e.noDeadBytes()
 	})
 
 	// The tombstone chart: points whose extents add up to what the
