@@ -34,7 +34,8 @@ run() {
 	local name=$1
 	shift
 	(
-		"$go" test -tags "$tags" -count=1 -timeout "$timeout" "$@" 2>&1 | sed -u "s/^/[$name] /"
+		"$go" test -tags "$tags" -count=1 -timeout "$timeout" "$@" 2>&1 |
+			tee "$work/$name.log" | sed -u "s/^/[$name] /"
 		echo "${PIPESTATUS[0]}" >"$work/$name.rc"
 	) &
 }
@@ -59,6 +60,15 @@ for name in "${names[@]}"; do
 done
 echo "test.sh: ${#names[@]} runs in $((SECONDS - start)) s"
 if [ ${#failed[@]} -gt 0 ]; then
+	# A CI log keeps only the end of the output: repeat each failure there,
+	# with the lines go test printed under it.
+	for name in "${failed[@]}"; do
+		awk -v run="$name" '
+			/^(--- FAIL|panic:|FAIL|ok|---|=== )/ { keep = 0 }
+			/^--- FAIL|^panic:/ { keep = 1; shown = 0 }
+			keep && shown < 20 { print "test.sh: [" run "] " $0; shown++ }
+		' "$work/$name.log"
+	done
 	echo "test.sh: FAILED: ${failed[*]}"
 	exit 1
 fi
