@@ -327,8 +327,8 @@ func TestAutoPublishAfterManifestEvery(t *testing.T) {
 		set(t, db, fmt.Sprintf("i%d", i), "v")
 		barrier(t, db)
 	}
-	testutil.Eventually(t, 5*time.Second, "one manifest left", func() bool { return len(keysUnder(t, s, manifestPrefix)) == 1 })
-	testutil.Eventually(t, 5*time.Second, "no journal left", func() bool { return len(keysUnder(t, s, journalPrefix)) == 0 })
+	testutil.Eventually(t, time.Minute, "one manifest left", func() bool { return len(keysUnder(t, s, manifestPrefix)) == 1 })
+	testutil.Eventually(t, time.Minute, "no journal left", func() bool { return len(keysUnder(t, s, journalPrefix)) == 0 })
 	if db.LatestManifest() == 0 {
 		t.Fatal("LatestManifest not updated by the background publisher")
 	}

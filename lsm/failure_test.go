@@ -87,7 +87,7 @@ func TestLocalEIOInCommit(t *testing.T) {
 	// DB a moment after the write that met it, so commit until it does.
 	var err error
 	i := 0
-	for deadline := time.Now().Add(10 * time.Second); err == nil && time.Now().Before(deadline); i++ {
+	for deadline := time.Now().Add(time.Minute); err == nil && time.Now().Before(deadline); i++ {
 		b := db.NewBatch()
 		b.Set([]byte(fmt.Sprintf("k%06d", i)), make([]byte, 100))
 		err = db.Commit(b)
@@ -96,7 +96,7 @@ func TestLocalEIOInCommit(t *testing.T) {
 		}
 	}
 	if !errors.Is(err, ErrLocalFailed) {
-		t.Fatalf("%d commits in 10 s with the local disk failing: %v, want ErrLocalFailed", i, err)
+		t.Fatalf("%d commits in a minute with the local disk failing: %v, want ErrLocalFailed", i, err)
 	}
 	if err := db.Barrier(context.Background()); !errors.Is(err, ErrLocalFailed) {
 		t.Fatalf("barrier after the failure: %v", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/objstore"
 )
 
@@ -74,7 +75,13 @@ func TestBarrierGivenUpAfterLostAnswerIsNotFencing(t *testing.T) {
 	lost := f.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpPut}, Prefix: journalPrefix, Count: 1, Fail: true, Applied: true})
 	down := f.AddRule(objstore.Rule{Skip: 1, Prefix: journalPrefix, Fail: true})
 	set(t, db, "ia", "1")
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// Give up once the store has lost the answer and then refused a retry
+	// (waiting on that, not on a time, which a slow machine can outlast).
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		testutil.Until(time.Minute, func() bool { return f.Fired(down) > 0 })
+		cancel()
+	}()
 	err := db.Barrier(ctx)
 	cancel()
 	if err == nil {
@@ -128,7 +135,9 @@ func TestFaultLoopRecovery(t *testing.T) {
 		oi.Store = f
 		oi.PID = deadPID(t)
 		oi.Dir = t.TempDir()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		// The fault fires once and Open retries it: a generous bound, only
+		// so that a hang fails the test instead of stalling it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		db2, err := Open(ctx, oi)
 		cancel()
 		if err == nil {

@@ -49,13 +49,12 @@ func TestTakeoverAfterHolderDeathSameHost(t *testing.T) {
 	barrier(t, db)
 	crash(db) // lease still names the (dead) pid with a fresh heartbeat
 
+	// The clock stands still: a takeover that waited for the lease to
+	// expire would never finish (Open would report the lease held).
 	b := testOpts(t, s, k)
-	start := time.Now()
+	b.Clock = clock.NewFake(time.Now())
 	db2 := mustOpen(t, b)
 	defer db2.Close()
-	if time.Since(start) > 5*time.Second {
-		t.Fatal("takeover of a dead same-host holder waited")
-	}
 	if db2.Epoch() != 2 {
 		t.Fatalf("epoch %d, want 2", db2.Epoch())
 	}
@@ -98,7 +97,7 @@ func TestHeartbeatKeepsLeaseAndCloseReleases(t *testing.T) {
 	for fc.Now().Sub(start) < time.Minute { // a minute of heartbeats
 		prev := readLease(t, s).Heartbeat
 		fc.Advance(6 * time.Second)
-		testutil.Eventually(t, 5*time.Second, "a newer heartbeat", func() bool {
+		testutil.Eventually(t, time.Minute, "a newer heartbeat", func() bool {
 			if readLease(t, s).Heartbeat.After(prev) {
 				return true
 			}
@@ -243,7 +242,7 @@ func TestHeartbeatLossFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	fc.Advance(7 * time.Second)
-	testutil.Eventually(t, 5*time.Second, "the zombie fenced", func() bool { return db.Fenced() != nil })
+	testutil.Eventually(t, time.Minute, "the zombie fenced", func() bool { return db.Fenced() != nil })
 	set2 := db.NewBatch()
 	_ = set2.Set([]byte("ia"), []byte("1"))
 	if err := db.Commit(set2); !errors.Is(err, ErrFenced) {

@@ -219,7 +219,7 @@ func TestCacheDiskFull(t *testing.T) {
 	// Something else takes all the free space: the cache gives way.
 	fillers := 1
 	taken := c.fillFree(t, "filler1")
-	d := testutil.Eventually(t, 20*time.Second, "the disk cache giving space back", func() bool { return c.free(t) >= floor })
+	d := testutil.Eventually(t, time.Minute, "the disk cache giving space back", func() bool { return c.free(t) >= floor })
 	t.Logf("filler 1 took %.1f MiB; %v later %.1f MiB are free again (disk cache %.1f MiB)",
 		float64(taken)/mib, d.Round(time.Millisecond), float64(c.free(t))/mib, e.scrapeUnix().sum("ebbfs_cache_bytes", `level="disk"`)/mib)
 	errsA := &appErrs{seen: map[string]int{}}
@@ -560,7 +560,7 @@ func TestCacheDiskFullToZero(t *testing.T) {
 		}
 	}
 	var werr error
-	testutil.Eventually(t, 10*time.Second, "writes on the same mount once the fillers are gone", func() bool {
+	testutil.Eventually(t, time.Minute, "writes on the same mount once the fillers are gone", func() bool {
 		werr = os.WriteFile(e.path("after"), blocks(500, 0, 64, 1), 0o644)
 		return werr == nil
 	})

@@ -18,12 +18,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/mountinfo"
+	"ebbfs.dev/ebbfs/internal/testport"
 	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
@@ -235,37 +235,15 @@ listen = %q
 	}
 }
 
-// handedOut holds every address freeAddr returned: the kernel may offer a
-// port again as soon as its probe listener closes, and two processes of one
-// test (or an admin and an NBD listener) must not be given the same one.
-var handedOut struct {
-	sync.Mutex
-	addrs map[string]bool
-}
-
-// freeAddr returns a loopback address that was free a moment ago and that
-// no earlier call of this test binary returned.
+// freeAddr returns a loopback address no other test (in this binary or
+// another running beside it) has been given, free a moment ago.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.addrs == nil {
-		handedOut.addrs = map[string]bool{}
+	port, err := testport.Free("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 1000 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := l.Addr().String()
-		l.Close()
-		if !handedOut.addrs[a] {
-			handedOut.addrs[a] = true
-			return a
-		}
-	}
-	t.Fatal("no fresh loopback port after 1000 tries")
-	return ""
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // result is a finished command.

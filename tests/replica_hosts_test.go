@@ -4,16 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"ebbfs.dev/ebbfs/internal/s3test"
+	"ebbfs.dev/ebbfs/internal/testport"
 	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
@@ -31,42 +30,18 @@ func ipCmd(t *testing.T, args ...string) {
 	}
 }
 
-// netnsNumbers hands out the number in a namespace's name and addresses:
-// tests that run in parallel must not pick the same one.
-var netnsNumbers = &numberSet{}
-
-type numberSet struct {
-	sync.Mutex
-	used map[int]bool
-}
-
-func (s *numberSet) take() int {
-	s.Lock()
-	defer s.Unlock()
-	if s.used == nil {
-		s.used = map[int]bool{}
-	}
-	for {
-		if n := rand.IntN(250) + 1; !s.used[n] {
-			s.used[n] = true
-			return n
-		}
-	}
-}
-
-func (s *numberSet) give(n int) {
-	s.Lock()
-	defer s.Unlock()
-	delete(s.used, n)
-}
-
 // newNetnsHost makes the namespace and the veth pair and removes both in
 // t.Cleanup.
 func newNetnsHost(t *testing.T) *netnsHost {
 	t.Helper()
 	need(t, "ip", "nsenter")
-	n := netnsNumbers.take()
-	t.Cleanup(func() { netnsNumbers.give(n) })
+	// The number names the namespace and its subnet: claimed across
+	// processes, since make test runs several test binaries at once.
+	n, release, err := testport.Number("netns", 250)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(release)
 	id := fmt.Sprintf("%d%03d", os.Getpid()%10000, n)
 	h := &netnsHost{name: "ebbfs-e2e-" + id, hostIP: fmt.Sprintf("10.231.%d.1", n), peerIP: fmt.Sprintf("10.231.%d.2", n)}
 	vh, vp := "ebh"+id, "ebp"+id
@@ -165,7 +140,7 @@ func TestReplicaOnAnotherHostIdleRequests(t *testing.T) {
 	}
 	e.mustEbbfs("flush")
 	for _, r := range replicas {
-		d := testutil.Eventually(t, 20*time.Second, "writer's files on replica "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
+		d := testutil.Eventually(t, time.Minute, "writer's files on replica "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
 		t.Logf("replica %s (own cache %s) shows the writer's files after %v", r.dir, r.cache, d.Round(time.Millisecond))
 	}
 	if recs := e.readerCheckpoints(); len(recs) != 3 {
@@ -228,7 +203,7 @@ func TestReplicaOnAnotherHostIdleRequests(t *testing.T) {
 	writeFile(t, e.path("f20.0"), blocks(20, 0, 7, 2))
 	fsyncFile(t, e.path("f20.0"))
 	for _, r := range replicas {
-		testutil.Eventually(t, 20*time.Second, "a change after the idle window on "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
+		testutil.Eventually(t, time.Minute, "a change after the idle window on "+r.dir, func() bool { return sameTrees(e.mnt, r.mnt) == "" })
 	}
 	fp.stop()
 	n1.stop()

@@ -43,7 +43,7 @@ func TestReplicaPauseAndKill(t *testing.T) {
 
 	r := e.sameStore()
 	rp := r.mount("--read-only")
-	testutil.Eventually(t, 20*time.Second, "replica shows the writer's files", func() bool { return sameTrees(e.mnt, r.mnt) == "" })
+	testutil.Eventually(t, time.Minute, "replica shows the writer's files", func() bool { return sameTrees(e.mnt, r.mnt) == "" })
 	// (No descriptor on the replica's mount is held across the pause:
 	// every process this test starts meanwhile would close its copy at
 	// exec, which waits for the stopped daemon.)

@@ -53,7 +53,7 @@ func TestReplicaFollowsWriter(t *testing.T) {
 	data := randBytes(t, 300<<10)
 	writeFile(t, e.path("b"), data)
 	fsyncFile(t, e.path("b"))
-	testutil.Eventually(t, 10*time.Second, "new file on the replica", func() bool { return fileIs(r.path("b"), data) })
+	testutil.Eventually(t, time.Minute, "new file on the replica", func() bool { return fileIs(r.path("b"), data) })
 
 	// Held open on the replica while the writer rewrites it.
 	held, err := os.Open(r.path("b"))
@@ -64,7 +64,7 @@ func TestReplicaFollowsWriter(t *testing.T) {
 	data2 := randBytes(t, 200<<10)
 	writeFile(t, e.path("b"), data2)
 	fsyncFile(t, e.path("b"))
-	testutil.Eventually(t, 10*time.Second, "rewritten file on the replica", func() bool { return fileIs(r.path("b"), data2) })
+	testutil.Eventually(t, time.Minute, "rewritten file on the replica", func() bool { return fileIs(r.path("b"), data2) })
 	buf := make([]byte, 4096)
 	if _, err := held.ReadAt(buf, 0); err != nil {
 		t.Fatalf("a file open on the replica stopped reading: %v", err)
@@ -80,13 +80,13 @@ func TestReplicaFollowsWriter(t *testing.T) {
 	}
 	writeFile(t, e.path("d/c"), []byte("in a directory"))
 	e.mustEbbfs("flush")
-	testutil.Eventually(t, 10*time.Second, "rename on the replica", func() bool { return gone(r.path("a")) && fileIs(r.path("a2"), []byte("first")) })
-	testutil.Eventually(t, 10*time.Second, "new directory on the replica", func() bool { return fileIs(r.path("d/c"), []byte("in a directory")) })
+	testutil.Eventually(t, time.Minute, "rename on the replica", func() bool { return gone(r.path("a")) && fileIs(r.path("a2"), []byte("first")) })
+	testutil.Eventually(t, time.Minute, "new directory on the replica", func() bool { return fileIs(r.path("d/c"), []byte("in a directory")) })
 	if err := os.Remove(e.path("a2")); err != nil {
 		t.Fatal(err)
 	}
 	e.mustEbbfs("flush")
-	testutil.Eventually(t, 10*time.Second, "delete on the replica", func() bool { return gone(r.path("a2")) })
+	testutil.Eventually(t, time.Minute, "delete on the replica", func() bool { return gone(r.path("a2")) })
 
 	// Every write fails with EROFS.
 	erofs := func(what string, err error) {

@@ -31,6 +31,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"golang.org/x/sys/unix"
 
+	"ebbfs.dev/ebbfs/internal/testport"
+
 	"ebbfs.dev/ebbfs/objstore"
 
 	"ebbfs.dev/ebbfs/internal/worker"
@@ -243,14 +245,7 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort(host string) (int, error) { return testport.Free(host) }
 
 // xattrsWork reports whether dir's file system stores user xattrs, which
 // the posix backend needs unless given a sidecar directory.
