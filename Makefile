@@ -14,6 +14,10 @@ SYSTEMDDIR  ?= /etc/systemd/system
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS     := -X main.version=$(VERSION)
 BIN         := bin/ebbfs
+# NBD over TLS-PSK uses GnuTLS through cgo: built in when its headers
+# (libgnutls28-dev) and a C compiler are installed, left out otherwise
+# (nbd.tls_psk_file then fails at start and says why).
+BUILD_TAGS  ?= $(if $(and $(wildcard /usr/include/gnutls/gnutls.h),$(shell command -v cc)),ebbfs_gnutls)
 # Each go test run of scripts/test.sh gets this long; the longest (the
 # end-to-end suite's parallel part) takes about 10 minutes on a loaded
 # 2-core machine, and the timeout leaves room for a slower one.
@@ -23,8 +27,9 @@ TEST_TIMEOUT ?= 40m
 # S3 server, and wait on conditions, so more than the core count helps.
 TEST_PARALLEL ?= 4
 # Tests run on the test build: failpoints and the test time scale exist
-# only with this tag (production builds leave both out).
-TEST_TAGS   ?= ebbfs_testclock
+# only with ebbfs_testclock (production builds leave both out); make
+# test installs GnuTLS's headers, so its build always has TLS-PSK.
+TEST_TAGS   ?= ebbfs_testclock,ebbfs_gnutls
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 RUN_DIR     := $(CURDIR)/run
@@ -37,7 +42,7 @@ RUN_ADMIN   ?= 127.0.0.1:10810
 all: build
 
 build:
-	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ebbfs
+	$(GO) build -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ebbfs
 
 # make run: a local-directory store in ./run/store, cache in ./run/cache,
 # the mount at ./run/mnt, a generated password in ./run/password (0600).
@@ -112,7 +117,7 @@ lint:
 
 bench:
 	$(GO) test -run='^$$' -bench=. ./segment ./lsm ./reclaim
-	$(GO) test -run='^$$' -bench=. -benchtime=1x ./nbd
+	$(GO) test -tags '$(BUILD_TAGS)' -run='^$$' -bench=. -benchtime=1x ./nbd
 	$(GO) run ./bench/mountbench $(MOUNTBENCH_FLAGS)
 
 # make fuzz: every fuzz target of the module (NBD, segment, journal,

@@ -407,47 +407,71 @@ func TestEngineMultiConnDurable(t *testing.T) {
 
 var benchRunRE = regexp.MustCompile(`Run completed in ([0-9.]+) seconds`)
 
+// How a benchmark's client talks to the server.
+const (
+	plain    = "plain"
+	withCert = "x509" // TLS with certificates
+	withPSK  = "psk"  // TLS with a pre-shared key
+)
+
 // BenchmarkNBDWrite copies 1 GiB of random data into an export with
 // nbdcopy (4 connections, ending with a FLUSH).
 func BenchmarkNBDWrite(b *testing.B) {
-	benchNbdcopy(b, true, false)
+	benchNbdcopy(b, true, plain)
 }
 
 // BenchmarkNBDRead copies a 1 GiB export to null: with nbdcopy.
 func BenchmarkNBDRead(b *testing.B) {
-	benchNbdcopy(b, false, false)
+	benchNbdcopy(b, false, plain)
 }
 
 // BenchmarkNBDWriteTLS is BenchmarkNBDWrite over TLS (X.509).
 func BenchmarkNBDWriteTLS(b *testing.B) {
-	benchNbdcopy(b, true, true)
+	benchNbdcopy(b, true, withCert)
 }
 
 // BenchmarkNBDReadTLS is BenchmarkNBDRead over TLS (X.509).
 func BenchmarkNBDReadTLS(b *testing.B) {
-	benchNbdcopy(b, false, true)
+	benchNbdcopy(b, false, withCert)
 }
 
-// benchServer serves f in plain text or over TLS and returns the libnbd
-// URI of export and the qemu arguments that open it as a raw image.
-func benchServer(b *testing.B, f *engFS, export string, useTLS bool) (string, []string) {
-	if !useTLS {
-		s := startEngineServer(b, f)
-		return s.url(export), []string{"-f", "raw", s.url(export)}
+// BenchmarkNBDWritePSK is BenchmarkNBDWrite over TLS-PSK.
+func BenchmarkNBDWritePSK(b *testing.B) {
+	benchNbdcopy(b, true, withPSK)
+}
+
+// BenchmarkNBDReadPSK is BenchmarkNBDRead over TLS-PSK.
+func BenchmarkNBDReadPSK(b *testing.B) {
+	benchNbdcopy(b, false, withPSK)
+}
+
+// benchServer serves f in plain text, over TLS or over TLS-PSK and
+// returns the libnbd URI of export and the qemu arguments that open it as
+// a raw image.
+func benchServer(b *testing.B, f *engFS, export, mode string) (string, []string) {
+	switch mode {
+	case withCert:
+		p := newPKI(b, "bench")
+		addr := startEngineTLSServer(b, f, p, false)
+		return tlsURI(addr, export, p.Dir), qemuTLS(b, addr, export, p.Dir)
+	case withPSK:
+		needPSK(b)
+		dir, file := pskDir(b, "bench", randomKey(b))
+		addr := startPSKServer(b, f.b, file)
+		return pskURI(addr, export, file, "bench"), qemuPSK(b, addr, export, dir, "bench")
 	}
-	p := newPKI(b, "bench")
-	addr := startEngineTLSServer(b, f, p, false)
-	return tlsURI(addr, export, p.Dir), qemuTLS(b, addr, export, p.Dir)
+	s := startEngineServer(b, f)
+	return s.url(export), []string{"-f", "raw", s.url(export)}
 }
 
-func benchNbdcopy(b *testing.B, write, useTLS bool) {
+func benchNbdcopy(b *testing.B, write bool, mode string) {
 	needTool(b, "nbdcopy")
 	const size = 1 << 30
 	src := filepath.Join(b.TempDir(), "src")
 	writeRandomFile(b, src, size, 3)
 	f := newEngFS(b, fs.Options{SegmentTarget: 32 << 20})
 	f.mkExport("disk0", size)
-	uri, _ := benchServer(b, f, "disk0", useTLS)
+	uri, _ := benchServer(b, f, "disk0", mode)
 	if !write {
 		tool(b, "nbdcopy", "--connections=4", "--flush", src, uri)
 	}
@@ -466,22 +490,27 @@ func benchNbdcopy(b *testing.B, write, useTLS bool) {
 // a FLUSH every 1,000 requests), sequential and with a stride of 1 MiB +
 // 4 KiB so that each write lands in a different extent, and reports IOPS.
 func BenchmarkQemuImgBench4K(b *testing.B) {
-	benchQemuImg4K(b, false)
+	benchQemuImg4K(b, plain)
 }
 
 // BenchmarkQemuImgBench4KTLS is BenchmarkQemuImgBench4K over TLS (X.509).
 func BenchmarkQemuImgBench4KTLS(b *testing.B) {
-	benchQemuImg4K(b, true)
+	benchQemuImg4K(b, withCert)
 }
 
-func benchQemuImg4K(b *testing.B, useTLS bool) {
+// BenchmarkQemuImgBench4KPSK is BenchmarkQemuImgBench4K over TLS-PSK.
+func BenchmarkQemuImgBench4KPSK(b *testing.B) {
+	benchQemuImg4K(b, withPSK)
+}
+
+func benchQemuImg4K(b *testing.B, mode string) {
 	needTool(b, "qemu-img")
 	for _, step := range []int{4096, 1<<20 + 4096} {
 		b.Run(fmt.Sprintf("step=%d", step), func(b *testing.B) {
 			const size, count = 4 << 30, 20000
 			f := newEngFS(b, fs.Options{SegmentTarget: 32 << 20})
 			f.mkExport("disk0", size)
-			_, target := benchServer(b, f, "disk0", useTLS)
+			_, target := benchServer(b, f, "disk0", mode)
 			b.ResetTimer()
 			var secs float64
 			for range b.N {

@@ -17,7 +17,7 @@ import (
 
 // needPSK skips a TLS-PSK test on a build without GnuTLS, and fails it in
 // CI, where the build must have it.
-func needPSK(t *testing.T) {
+func needPSK(t testing.TB) {
 	t.Helper()
 	if gnutls.Available {
 		return
@@ -30,7 +30,7 @@ func needPSK(t *testing.T) {
 
 // pskDir writes keys.psk (the name qemu reads in its tls-creds-psk dir)
 // with identity's key and returns the directory and the key file.
-func pskDir(t *testing.T, identity string, key []byte) (dir, file string) {
+func pskDir(t testing.TB, identity string, key []byte) (dir, file string) {
 	t.Helper()
 	dir = t.TempDir()
 	file = filepath.Join(dir, "keys.psk")
@@ -40,7 +40,7 @@ func pskDir(t *testing.T, identity string, key []byte) (dir, file string) {
 	return dir, file
 }
 
-func randomKey(t *testing.T) []byte {
+func randomKey(t testing.TB) []byte {
 	t.Helper()
 	k := make([]byte, 32)
 	if _, err := rand.Read(k); err != nil {
@@ -51,7 +51,7 @@ func randomKey(t *testing.T) []byte {
 
 // startPSKServer serves b on a loopback port that requires TLS-PSK with
 // the keys in file.
-func startPSKServer(t *testing.T, b Backend, file string) string {
+func startPSKServer(t testing.TB, b Backend, file string) string {
 	t.Helper()
 	p, err := gnutls.NewPSKServer(file)
 	if err != nil {
@@ -80,7 +80,7 @@ func pskURI(addr, export, file, identity string) string {
 
 // qemuPSK returns the qemu-img/qemu-io arguments that open export as a raw
 // image over NBD with TLS-PSK, with the keys.psk of dir.
-func qemuPSK(t *testing.T, addr, export, dir, identity string) []string {
+func qemuPSK(t testing.TB, addr, export, dir, identity string) []string {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 go=${GO:-go}
-tags=${TEST_TAGS:-ebbfs_testclock}
+tags=${TEST_TAGS:-ebbfs_testclock,ebbfs_gnutls}
 parallel=${TEST_PARALLEL:-4}
 timeout=${TEST_TIMEOUT:-40m}
 

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"ebbfs.dev/ebbfs/internal/gnutls"
 	"ebbfs.dev/ebbfs/internal/mountinfo"
 	"ebbfs.dev/ebbfs/internal/testport"
 	"ebbfs.dev/ebbfs/internal/testutil"
@@ -69,8 +70,13 @@ func testMain(m *testing.M) int {
 		defer os.RemoveAll(dir)
 		binDir = dir
 		ebbfsBin = filepath.Join(dir, "ebbfs")
-		// The test clock (EBBFS_TEST_TIME_SCALE) exists only in this build.
-		args := []string{"build", "-tags", "ebbfs_testclock", "-o", ebbfsBin}
+		// The test clock (EBBFS_TEST_TIME_SCALE) exists only in this
+		// build; TLS-PSK when this test binary has it too.
+		tags := "ebbfs_testclock"
+		if gnutls.Available {
+			tags += ",ebbfs_gnutls"
+		}
+		args := []string{"build", "-tags", tags, "-o", ebbfsBin}
 		if os.Getenv("EBBFS_E2E_RACE") != "" {
 			args = append(args, "-race") // the binary under the race detector
 		}
