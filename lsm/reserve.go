@@ -112,6 +112,14 @@ func (db *DB) checkReserve() bool {
 		if avail >= reserveCritical {
 			return false
 		}
+		// Blocks freed since the filesystem's last journal commit may
+		// not count as free yet: commit it and look again before
+		// taking the reserve for a shortage that is not there.
+		db.syncfs()
+		if _, a, err := StatfsDir(db.opts.Dir); err == nil && a >= reserveCritical {
+			db.res.free.Store(a)
+			return false
+		}
 		db.releaseReserve(avail)
 		return true
 	}
@@ -140,12 +148,18 @@ func (db *DB) releaseReserve(avail int64) {
 		// Give what can be given: a truncate frees the blocks too.
 		err = os.Truncate(db.res.path, 0)
 	}
-	if d, derr := os.Open(db.opts.Dir); derr == nil {
+	db.syncfs()
+	db.opts.Logger.Error("lsm: the cache directory's filesystem has no room left: released the emergency reserve of the metadata store so that it can finish its writes; everything that adds metadata (creates, writes, renames, deletes, attribute changes) fails with ENOSPC until there is room again (fsync of data accepted before goes on)",
+		"dir", db.opts.Dir, "free", avail, "reserve", ReserveSize, "err", err)
+}
+
+// syncfs commits the journal of Dir's filesystem, so that blocks freed
+// before count as free.
+func (db *DB) syncfs() {
+	if d, err := os.Open(db.opts.Dir); err == nil {
 		_ = unix.Syncfs(int(d.Fd()))
 		d.Close()
 	}
-	db.opts.Logger.Error("lsm: the cache directory's filesystem has no room left: released the emergency reserve of the metadata store so that it can finish its writes; everything that adds metadata (creates, writes, renames, deletes, attribute changes) fails with ENOSPC until there is room again (fsync of data accepted before goes on)",
-		"dir", db.opts.Dir, "free", avail, "reserve", ReserveSize, "err", err)
 }
 
 // makeReserve allocates ReserveSize bytes in a new file and renames it
