@@ -57,21 +57,8 @@ func startPSKServer(t testing.TB, b Backend, file string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer(b, Options{Logger: testLogger(t)})
-	done := make(chan error, 1)
-	go func() { done <- s.ServePSK(l, p) }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; err != nil {
-			t.Errorf("ServePSK: %v", err)
-		}
-		p.Close()
-	})
-	return l.Addr().String()
+	t.Cleanup(p.Close) // after the server's own cleanup, which waits for its connections
+	return serveLoopback(t, b, func(s *Server, l net.Listener) error { return s.ServePSK(l, p) })
 }
 
 func pskURI(addr, export, file, identity string) string {

@@ -34,17 +34,24 @@ func startTLSServer(t testing.TB, b Backend, files nbdtest.PKI, clientCA bool) s
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveLoopback(t, b, func(s *Server, l net.Listener) error { return s.ServeTLS(l, cfg) })
+}
+
+// serveLoopback serves b with serve on a loopback port until the test
+// ends, and returns the port's address.
+func serveLoopback(t testing.TB, b Backend, serve func(*Server, net.Listener) error) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := NewServer(b, Options{Logger: testLogger(t)})
 	done := make(chan error, 1)
-	go func() { done <- s.ServeTLS(l, cfg) }()
+	go func() { done <- serve(s, l) }()
 	t.Cleanup(func() {
 		s.Close()
 		if err := <-done; err != nil {
-			t.Errorf("ServeTLS: %v", err)
+			t.Errorf("serve: %v", err)
 		}
 	})
 	return l.Addr().String()
