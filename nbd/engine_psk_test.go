@@ -80,7 +80,8 @@ func qemuPSK(t testing.TB, addr, export, dir, identity string) []string {
 
 // TestEngineClientsPSK: nbdinfo and qemu-img connect with TLS-PSK (the
 // key file format they and the server share); a plain client, a wrong
-// key and an unknown identity are refused; qemu-io writes with FUA and
+// key and an unknown identity are refused, an identity added to the key
+// file is accepted without a restart; qemu-io writes with FUA and
 // FLUSH over TLS-PSK and reads its data back.
 func TestEngineClientsPSK(t *testing.T) {
 	needPSK(t)
@@ -118,6 +119,20 @@ func TestEngineClientsPSK(t *testing.T) {
 			t.Errorf("%s was served:\n%s", name, out)
 		}
 		t.Logf("%s: refused: %s", name, strings.TrimSpace(out))
+	}
+
+	// The key file is read at each connection: an identity added to it
+	// is accepted without a restart.
+	f2, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f2.WriteString("bob:" + hex.EncodeToString(key) + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	f2.Close()
+	if out := tool(t, "nbdinfo", "--size", pskURI(addr, "disk0", bobFile, "bob")); strings.TrimSpace(out) != strconv.Itoa(size) {
+		t.Fatalf("nbdinfo as an identity added to the key file: %s", out)
 	}
 
 	// The data path: a FUA write, a plain write and a FLUSH, then read
