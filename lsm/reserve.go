@@ -130,11 +130,12 @@ func (db *DB) checkReserve() bool {
 		db.opts.Logger.Warn("lsm: cannot re-create the emergency reserve of the metadata store", "dir", db.opts.Dir, "err", err)
 		return true
 	}
-	db.res.released.Store(false)
+	// Logged before it takes effect, so that the log says it first.
 	if db.res.created {
 		db.opts.Logger.Info("lsm: the emergency reserve of the metadata store is back; metadata changes are accepted again",
 			"dir", db.opts.Dir, "free", avail-ReserveSize)
 	}
+	db.res.released.Store(false)
 	db.res.created = true
 	return false
 }

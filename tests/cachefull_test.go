@@ -341,9 +341,9 @@ func TestCacheDiskFull(t *testing.T) {
 	if len(errsC.seen) != 0 {
 		t.Fatalf("writes after space returned: %s", errsC)
 	}
-	if !strings.Contains(w.out.String(), "has room again") {
-		t.Errorf("the writer did not log that the cache disk has room again")
-	}
+	testutil.Eventually(t, time.Minute, "the writer's log that the cache disk has room again", func() bool {
+		return strings.Contains(w.out.String(), "has room again")
+	})
 	if st := e.mustEbbfs("status").stdout; strings.Contains(st, "CACHE DIRECTORY FULL") {
 		t.Errorf("ebbfs status still says the cache directory is full:\n%s", st)
 	}
@@ -549,6 +549,11 @@ func TestCacheDiskFullToZero(t *testing.T) {
 		}
 	}
 	t.Logf("free on the cache disk: %.2f MiB", float64(c.free(t))/mib)
+	// The writer's log reaches the test through a pipe, after the effect
+	// the test saw: wait for the line before counting.
+	testutil.Eventually(t, time.Minute, "the writer's log of the release of its reserve", func() bool {
+		return strings.Contains(w.out.String(), "released the emergency reserve")
+	})
 	if n := strings.Count(w.out.String(), "released the emergency reserve"); n != 1 {
 		t.Errorf("the writer logged the release of its reserve %d times, want once", n)
 	}
@@ -573,9 +578,9 @@ func TestCacheDiskFullToZero(t *testing.T) {
 	}
 	f.Close()
 	synced["after"], sizes["after"] = 500, 64
-	if !strings.Contains(w.out.String(), "emergency reserve of the metadata store is back") {
-		t.Errorf("the writer did not log that its reserve is back")
-	}
+	testutil.Eventually(t, time.Minute, "the writer's log that its reserve is back", func() bool {
+		return strings.Contains(w.out.String(), "emergency reserve of the metadata store is back")
+	})
 	if st := e.mustEbbfs("status").stdout; strings.Contains(st, "CACHE DIRECTORY FULL") {
 		t.Errorf("ebbfs status still says the cache directory is full:\n%s", st)
 	}
