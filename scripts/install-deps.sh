@@ -4,7 +4,8 @@
 #   nbdfuse, qemu-utils (qemu-img, qemu-nbd), e2fsprogs (mkfs.ext4), util-linux
 #   (mount, umount), dmsetup (the cache disk EIO test: device-mapper's error
 #   target), tmux (the monitor test), chromium (the status page test,
-#   headless), libgnutls28-dev (NBD over TLS-PSK is built with GnuTLS), and
+#   headless), libgnutls28-dev (NBD over TLS-PSK is built with GnuTLS), fio
+#   (the NBD random-I/O benchmark), and
 #   the S3 server (scripts/install-s3-server.sh).
 # Idempotent: installs only what is missing; runs apt-get update only when
 # it has something to install. As non-root it only reports what is missing.
@@ -27,10 +28,11 @@ declare -A probe=(
 	[iproute2]=ip
 	[dmsetup]=dmsetup
 	[libgnutls28-dev]= # headers only: dpkg decides
+	[fio]=fio
 )
 
 missing=()
-for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc iproute2 dmsetup libgnutls28-dev; do
+for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc iproute2 dmsetup libgnutls28-dev fio; do
 	if ! { [ -n "${probe[$pkg]}" ] && command -v "${probe[$pkg]}" >/dev/null 2>&1; } && ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
 		missing+=("$pkg")
 	fi
