@@ -4,7 +4,7 @@
 #   make test      install what the tests need (as root) and run every test
 #                  (the model's quick instances; make model checks its full bounds)
 #   make lint      gofmt, go vet (both builds), go mod tidy, staticcheck
-#   make bench     benchmarks
+#   make bench     benchmarks (make bench-db: databases and ext4 on NBD alone)
 #   make install   /usr/local/bin/ebbfs, /sbin/mount.fuse.ebbfs, the systemd unit, shell completions
 
 GO          ?= go
@@ -37,7 +37,7 @@ RUN_CONFIG  := $(RUN_DIR)/ebbfs.toml
 RUN_NBD     ?= 127.0.0.1:10809
 RUN_ADMIN   ?= 127.0.0.1:10810
 
-.PHONY: all build run test lint bench bench-scale install uninstall clean deps model model-quick soak
+.PHONY: all build run test lint bench bench-db bench-scale install uninstall clean deps model model-quick soak soak-mirror soak-ha
 
 all: build
 
@@ -77,6 +77,7 @@ run: build
 	@echo "mountpoint: $(RUN_DIR)/mnt"
 	@echo "NBD:        nbd://$(RUN_NBD)/<name>  (exports are the files in $(RUN_DIR)/mnt/.nbd/, e.g. truncate -s 10G $(RUN_DIR)/mnt/.nbd/disk0)"
 	@echo "admin:      http://$(RUN_ADMIN)/  (metrics at /metrics; $(BIN) flush -c $(RUN_CONFIG))"
+	@echo "other commands: export EBBFS_CONFIG=$(RUN_CONFIG)   # then $(BIN) status, flush, space, monitor ... need no -c"
 	@echo "stop with Ctrl-C or umount $(RUN_DIR)/mnt"
 	exec $(BIN) run -c $(RUN_CONFIG)
 
@@ -118,7 +119,20 @@ lint:
 bench:
 	$(GO) test -run='^$$' -bench=. ./segment ./lsm ./reclaim
 	$(GO) test -tags '$(BUILD_TAGS)' -run='^$$' -bench=. -benchtime=1x ./nbd
+	$(GO) test -run='^$$' -bench='GroupCommit|RandomOverwrite|ColdReadAfterOverwrite|PatchesAB' -benchtime=1x ./fs
+	$(GO) test -tags '$(TEST_TAGS)' -run='^$$' -bench=MountGroupCommit -benchtime=1x ./tests
 	$(GO) run ./bench/mountbench $(MOUNTBENCH_FLAGS)
+	$(MAKE) bench-db
+
+# make bench-db: real databases and a VM's disk on every target of
+# mountbench (the plain disk, a go-fuse passthrough, ebbfs on a local
+# store, ebbfs on the S3 test server): pgbench with PostgreSQL's data
+# directory on the mount, SQLite commit loops in WAL and rollback-journal
+# modes, fio inside ext4 on an NBD export (nbdfuse and a loop device).
+# About 15 minutes; DBBENCH_FLAGS adds mountbench flags (-pg-time 20s ...).
+# deps installs PostgreSQL, sqlite3 and fio; one missing fails the run.
+bench-db: deps
+	$(GO) run ./bench/mountbench -groups db $(DBBENCH_FLAGS)
 
 # make fuzz: every fuzz target of the module (NBD, segment, journal,
 # lease, manifest, checkpoint record, schema, config, keys), one at a
@@ -157,6 +171,21 @@ uninstall:
 # count (make test runs 2 minutes of the one and 30 s of the other).
 soak-replica: deps
 	EBBFS_SOAK_REPLICA=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 40m -v -run 'TestReplicaChurn|TestReplicaOnAnotherHostIdleRequests' ./tests
+
+# make soak-mirror: the mirror's long tests: 20 kills of the writer and
+# of a separate mirror process mid-mirroring, and the S3-to-S3 drill with
+# 2 minutes of load and a 60 s idle request count (make test runs 4 kills,
+# 40 s and 20 s).
+soak-mirror: deps
+	EBBFS_MIRROR_KILLS=20 EBBFS_MIRROR_LOAD=120 EBBFS_MIRROR_IDLE=60 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 40m -v -run 'TestMirrorKillResume|TestMirrorS3ToS3' ./tests
+
+# make soak-ha: standby writers (TestStandbySoak) for SOAK_HA_DURATION
+# (default 30m): a writer and two standbys under a write+fsync load, the
+# writer killed or stopped every 1-3 minutes; every acknowledged write
+# verified, fsck clean.
+SOAK_HA_DURATION ?= 30m
+soak-ha: deps
+	EBBFS_SOAK_HA=1 EBBFS_SOAK_HA_DURATION=$(SOAK_HA_DURATION) $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 90m -v -run 'TestStandbySoak$$' ./tests
 
 # make soak: the chaos soak (TestSoak) for SOAK_DURATION (default 1h):
 # files and an NBD export changed at random with fsync/FLUSH, reclamation

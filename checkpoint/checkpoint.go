@@ -29,6 +29,7 @@ const MaxPublishToRecord = 30 * time.Second
 // lifetime of an ephemeral checkpoint (ignored for a persistent one).
 // now is the writer's wall-clock time, recorded as CreateTime.
 func Create(ctx context.Context, s objstore.Store, p Publisher, name string, kind Kind, ttl time.Duration, now time.Time) (Record, error) {
+	ctx = objstore.DefaultPurpose(ctx, objstore.PurposeCheckpoint)
 	if err := ValidName(name); err != nil {
 		return Record{}, err
 	}
@@ -98,6 +99,7 @@ func List(ctx context.Context, s objstore.Store) ([]Record, error) {
 
 // scan lists and reads every record, collecting per-record errors.
 func scan(ctx context.Context, s objstore.Store) (recs []Record, bad []error, err error) {
+	ctx = objstore.DefaultPurpose(ctx, objstore.PurposeCheckpoint)
 	objs, err := objstore.ListAll(ctx, s, Prefix)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: list %s: %w", Prefix, err)
@@ -143,6 +145,7 @@ func Get(ctx context.Context, s objstore.Store, name string) (Record, error) {
 // conditional rewrite. The ETag comes from a Head before the Get: if the
 // object changes in between, the rewrite's IfMatch fails.
 func getTagged(ctx context.Context, s objstore.Store, name string) (Record, string, error) {
+	ctx = objstore.DefaultPurpose(ctx, objstore.PurposeCheckpoint)
 	key := Key(name)
 	info, err := s.Head(ctx, key)
 	if err == nil {
@@ -161,6 +164,7 @@ func getTagged(ctx context.Context, s objstore.Store, name string) (Record, stri
 // Delete removes the record named name (ErrNotFound if there is none).
 // Reclamation catches up on its own schedule.
 func Delete(ctx context.Context, s objstore.Store, name string) error {
+	ctx = objstore.DefaultPurpose(ctx, objstore.PurposeCheckpoint)
 	if err := ValidName(name); err != nil {
 		return err
 	}

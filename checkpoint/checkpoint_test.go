@@ -283,8 +283,8 @@ func TestHorizonGraceFloor60s(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if h.Grace != 60*time.Second {
-			t.Fatalf("HorizonOf(%+v).Grace = %v, want 60s", recs, h.Grace)
+		if h.Grace != 60*time.Second || h.GraceBy != "" {
+			t.Fatalf("HorizonOf(%+v) = grace %v by %q, want the 60s floor", recs, h.Grace, h.GraceBy)
 		}
 	}
 }
@@ -301,6 +301,9 @@ func TestHorizonGraceSpanPlus30s(t *testing.T) {
 	}
 	if h.Grace != 10*time.Minute+30*time.Second {
 		t.Fatalf("Grace = %v, want 10m30s", h.Grace)
+	}
+	if want := t0.Add(time.Hour + 10*time.Minute); h.GraceBy != "b" || !h.GraceByExpires.Equal(want) {
+		t.Fatalf("grace set by %q expiring %v, want b expiring %v", h.GraceBy, h.GraceByExpires, want)
 	}
 	h, _ = HorizonOf([]Record{eph("a", t0, 31*time.Second)})
 	if h.Grace != 61*time.Second {

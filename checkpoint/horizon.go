@@ -26,6 +26,11 @@ type Horizon struct {
 	// Both ends of a span come from the record, so no reader's clock is
 	// compared with the writer's.
 	Grace time.Duration
+	// GraceBy names the ephemeral record whose span sets Grace above
+	// GraceFloor ("" when the floor applies), and GraceByExpires is its
+	// ExpireTime: what holds dead segments back, and until when.
+	GraceBy        string
+	GraceByExpires time.Time
 }
 
 // HorizonOf derives the horizon from a complete checkpoint list. An
@@ -44,13 +49,19 @@ func HorizonOf(recs []Record) (Horizon, error) {
 			if err := validSpan(r); err != nil {
 				return Horizon{}, err
 			}
-			longest = max(longest, r.Span())
+			if sp := r.Span(); sp > longest {
+				longest = sp
+				h.GraceBy, h.GraceByExpires = r.Name, r.ExpireTime
+			}
 		default:
 			return Horizon{}, fmt.Errorf("checkpoint %q: unknown kind %q", r.Name, r.Kind)
 		}
 	}
 	sort.Strings(h.PinnedBy)
 	h.Grace = max(GraceFloor, longest+GraceMargin)
+	if h.Grace == GraceFloor {
+		h.GraceBy, h.GraceByExpires = "", time.Time{}
+	}
 	return h, nil
 }
 

@@ -226,7 +226,7 @@ func (r *Renewer) loop(w *worker.Worker) {
 // manifest, or a newer view), otherwise move ExpireTime; a vanished record
 // (pruned, or removed by hand) or a span grown too long is re-pinned.
 func (r *Renewer) renew(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, max(r.o.TTL/3, time.Second))
+	ctx, cancel := context.WithTimeout(objstore.WithPurpose(ctx, objstore.PurposeHeartbeat), max(r.o.TTL/3, time.Second))
 	defer cancel()
 	cur := r.Record()
 	seq := r.o.ManifestSeq()

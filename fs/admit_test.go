@@ -50,10 +50,13 @@ func TestUploadedFramesReadFromDiskCache(t *testing.T) {
 // TestPartialOverwriteFindsItsExtentInMemory: an extent that a partial
 // write filled from committed data goes to the memory cache when its new
 // frame is committed, so the next partial write of it (random 4 KiB
-// overwrites) reads nothing from the disk cache or the store.
+// overwrites) reads nothing from the disk cache or the store. With
+// patches off: a patch reads nothing at all.
 func TestPartialOverwriteFindsItsExtentInMemory(t *testing.T) {
 	ctx := context.Background()
-	e := newTestFS(t).e
+	f := newTestFS(t)
+	f.openWhole()
+	e := f.e
 	a, err := e.Create(ctx, RootIno, "f", 0o644, 0, 0)
 	if err != nil {
 		t.Fatal(err)

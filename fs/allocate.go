@@ -17,10 +17,12 @@ import (
 // data is counted instead); a punch or a truncate over it drops it.
 // Writing zeroes into a reserved extent turns it into an ordinary hole.
 //
-// With a quota ([filesystem] max_size), fallocate fails with ErrNoSpace
-// when the extents it newly reserves do not fit in the free space then.
-// The reservation is not held against later writes of other files: the
-// used space counts stored data only.
+// Reservations count as used space (statfs, the quota; reserved.go,
+// space.go): fallocate fails with ErrNoSpace when the extents it newly
+// reserves do not fit in the free space then, against [filesystem]
+// max_size or, without one, the nominal capacity statfs reports; writes
+// into reserved extents need no more room, and other writes see the
+// reserved space as taken.
 //
 // The list is bounded (schema.MaxReservedRanges runs): a fallocate whose
 // holes would need more runs reserves the first ones only, and a write
@@ -174,7 +176,7 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, off, length int64, ke
 		return err
 	}
 	res, added := reserve(n.res, holes)
-	if err := e.reserveSpace(int64(added * es)); err != nil {
+	if err := e.reserveAlloc(int64(added * es)); err != nil {
 		return err
 	}
 	grow := !keepSize && uint64(off+length) > n.attr.Size

@@ -89,7 +89,7 @@ func (e *Engine) metadataRoom() error {
 // CacheDirReserveReleased reports whether the metadata store's emergency
 // reserve is in use: everything that adds metadata fails with ENOSPC.
 func (e *Engine) CacheDirReserveReleased() bool {
-	return !e.opts.ReadOnly && e.db.ReserveReleased()
+	return !e.ro.Load() && e.db.ReserveReleased()
 }
 
 // CacheDirSpace reports the bytes free on the cache directory's

@@ -29,6 +29,7 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 		n.deleted = true
 		freed := int64(len(n.dirty)) * int64(n.es())
 		n.dirty = map[uint64][]byte{}
+		n.spans = nil
 		n.flushing = map[uint64]*flushEntry{}
 		n.attrDirty = false
 		n.mu.Unlock()
@@ -38,7 +39,7 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 	}
 	type ext struct {
 		key []byte
-		p   segment.Pointer
+		x   segment.Extent
 	}
 	var exts []ext
 	lo, hi := schema.ExtentRange(ino, 0, 0)
@@ -46,11 +47,11 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 		if len(exts) > InlineDeleteExtents {
 			return errStopScan
 		}
-		p, err := segment.UnmarshalPointer(v)
+		x, err := segment.UnmarshalExtent(v)
 		if err != nil {
 			return err
 		}
-		exts = append(exts, ext{append([]byte(nil), k...), p})
+		exts = append(exts, ext{append([]byte(nil), k...), x})
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStopScan) {
@@ -66,13 +67,14 @@ func (e *Engine) deleteInodeLocked(b *lsm.Batch, ino uint64, n *inode) error {
 	} else {
 		for _, x := range exts {
 			b.Delete(x.key)
-			b.Merge(schema.CounterKey(x.p.Segment), countDelta(-int64(x.p.Length), 0, 0))
+			debit(b, x.x)
 		}
 		if len(exts) > 0 {
 			defer e.deadBytes()
 		}
 		failpoint.Hit("unlink-inline-delete")
 	}
+	e.dropReserved(ino, n)
 	b.Delete(schema.InodeKey(ino))
 	b.Delete(schema.SymlinkKey(ino))
 	b.Delete(schema.OrphanKey(ino))
@@ -97,7 +99,7 @@ func (e *Engine) CleanTombstones(ctx context.Context) (tombs, extents int, bytes
 	if e.closed.Load() {
 		return 0, 0, 0, ErrClosed
 	}
-	if e.opts.ReadOnly || e.db.ReserveReleased() || e.db.Failed() != nil {
+	if e.ro.Load() || e.db.ReserveReleased() || e.db.Failed() != nil {
 		// With the metadata store's reserve in use, the cleaner waits
 		// (cachedisk.go).
 		return 0, 0, 0, nil
@@ -145,15 +147,14 @@ func (e *Engine) cleanTombstones() (int, int, int64, error) {
 				empty = false
 				break
 			}
-			p, err := segment.UnmarshalPointer(it.Value())
+			x, err := segment.UnmarshalExtent(it.Value())
 			if err != nil {
 				it.Close()
 				return 0, 0, 0, err
 			}
 			b.Delete(append([]byte(nil), it.Key()...))
-			b.Merge(schema.CounterKey(p.Segment), countDelta(-int64(p.Length), 0, 0))
 			removed++
-			freed += int64(p.Length)
+			freed += debit(b, x)
 			if removed%1000 == 0 {
 				failpoint.Hit("cleaner-mid-batch")
 			}

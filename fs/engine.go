@@ -44,6 +44,9 @@ type Engine struct {
 	cacheLock *os.File // flock on CacheDir/LOCK, held until Close
 
 	space spaceCache // quota accounting (space.go)
+	// resTotal is the writer's total of fallocate reservations in bytes
+	// (reserved.go).
+	resTotal atomic.Int64
 
 	ns struct {
 		sync.Mutex
@@ -52,9 +55,12 @@ type Engine struct {
 	}
 
 	ranges     rangeTombs    // pending range tombstones (rangetomb.go)
+	damage     damageLog     // what reads found damaged (damage.go)
 	wins       ptrWindows    // random reads' pointer windows (file.go)
 	follow     follower      // a replica's progress (follow.go)
+	marks      restoreMarks  // open inodes a restore changed (restore_marks.go)
 	flushMu    chan struct{} // one flush (and barrier) at a time; see lockFlush
+	group      groupCommit   // barriers shared by overlapping callers (groupcommit.go)
 	ptrMu      sync.Mutex    // every read-modify-write of extent pointers and counters
 	segSeq     atomic.Uint64
 	inflightMu sync.Mutex
@@ -62,9 +68,22 @@ type Engine struct {
 	dirtyBytes atomic.Int64
 	dirtyWait  chan struct{} // closed and replaced whenever dirty bytes drop
 
-	flushW  atomic.Pointer[worker.Worker] // the flusher, once started
-	closed  atomic.Bool
-	started atomic.Bool
+	flushW atomic.Pointer[worker.Worker] // the flusher, once started
+	mergeW atomic.Pointer[worker.Worker] // the merger (merge.go), with patches on
+	merges mergeQueue
+	// idle is the extents left patched below the merge bounds, and
+	// lastWrite the clock's time of the last write (UnixNano): foldIdle
+	// merges them once writes pause (merge.go).
+	idle      mergeQueue
+	lastWrite atomic.Int64
+	closed    atomic.Bool
+	started   atomic.Bool
+	// ro: the engine refuses writes (a replica, a checkpoint reader, or
+	// a standby until its promotion, standby.go).
+	ro atomic.Bool
+	// standby: the engine may be promoted (Options.Standby, or a writer
+	// that handed over, standby.go).
+	standby atomic.Bool
 	bg      context.Context // background work; canceled by Close
 	raSem   chan struct{}   // read-aheads in flight
 	local   bool            // the store is a local directory (objstore.IsLocal)
@@ -93,12 +112,17 @@ type inode struct {
 	shift     uint8             // log2 of the extent size (schema.Inode.ExtentShift); directories: their children's
 	dirty     map[uint64][]byte // extent index -> extent plaintext (es bytes) not yet sealed
 	flushing  map[uint64]*flushEntry
+	spans     map[uint64]span     // dirty extents in patch mode: the bytes their buffers hold (patch.go)
 	rmw       map[uint64]bool     // dirty extents that a partial write filled from committed data
 	attrDirty bool                // attributes changed without a commit (atime, mtime of writes)
 	res       []schema.ExtentSpan // holes reserved by fallocate (allocate.go)
+	resPut    int64               // bytes res reserved when the record was last written (reserved.go)
 	deleted   bool
+	// stale: a restore (restore.go) removed the inode; its open handles
+	// read ESTALE. Set with deleted.
+	stale bool
 
-	seqEnd atomic.Int64 // where the last read ended (read-ahead detection)
+	seq    readStream   // a sequential reader's stream (read_stream.go)
 	raEnd  atomic.Int64 // read-ahead issued up to this offset
 	ra     atomic.Pointer[readAheadRun]
 	ptrWin atomic.Pointer[pointerWindow] // a sequential reader's pointers (committedIn)
@@ -118,6 +142,9 @@ type flushEntry struct {
 	// committed data for a partial write and the next one would read it
 	// again.
 	remember bool
+	// span: the buffer is in patch mode and holds these bytes of the
+	// extent only; the flush stores them as a patch (patch.go).
+	span span
 }
 
 // defaultSegmentTarget is Options.SegmentTarget's default.
@@ -181,12 +208,15 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 		cacheLock: cacheLock,
 		log:       o.Logger,
 		clk:       o.Clock,
+		idle:      mergeQueue{limit: idleQueueMax},
 		db:        db,
 		rd:        rd,
 		codec:     segment.CodecLZ4,
 		dirtyWait: make(chan struct{}),
 		flushMu:   make(chan struct{}, 1),
 	}
+	e.ro.Store(o.ReadOnly)
+	e.standby.Store(o.Standby && o.PinManifest == 0)
 	e.ns.inodes = map[uint64]*inode{}
 	e.inflight = map[uint64]bool{}
 	if err := e.load(ctx); err != nil {
@@ -204,8 +234,32 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 	return e, nil
 }
 
+// patchesByDefault turns patch writes on for every engine that does not
+// ask for whole writes. It stays off in production until an NBD export's
+// TRIM and WRITE_ZEROES over patched extents return space as they do over
+// whole ones (nbd's TestEngineBackendTrimZero and
+// TestEngineConcurrentConnections with patches on: a zeroed extent keeps
+// its base until the idle fold, and WRITE_ZEROES with NO_HOLE adds a
+// patch of zeroes). The fs package's tests turn it on (patchdefault_test.go);
+// EBBFS_TEST_PATCHES=1 turns patches on in a test build of the binary.
+var patchesByDefault = false
+
 // setDefaults fills in the options left zero.
 func (o *Options) setDefaults() {
+	// Patches only where the format allows them: a filesystem of an
+	// older descriptor format keeps whole extents (a build that knows
+	// only that format would read a patched value as corrupt).
+	o.patchesWanted = (o.patchWrites || patchesByDefault) && !o.wholeWrites && o.Keys.Patches
+	o.patchWrites = o.patchesWanted && !o.ReadOnly
+	if o.patchLimit <= 0 || o.patchLimit > segment.MaxPatches {
+		o.patchLimit = patchLimit
+	}
+	if o.mergePatches <= 0 {
+		o.mergePatches = mergePatches
+	}
+	if o.mergeEighths <= 0 {
+		o.mergeEighths = mergeEighths
+	}
 	if o.MemoryCacheBytes <= 0 {
 		o.MemoryCacheBytes = 256 << 20
 	}
@@ -246,14 +300,15 @@ func openMeta(ctx context.Context, o Options, reader *atomic.Pointer[segread.Rea
 		metaDir = filepath.Join(o.CacheDir, "meta-pinned")
 	}
 	lo := lsm.Options{
-		Dir:      metaDir,
-		Store:    o.Store,
-		Keys:     o.Keys,
-		Clock:    o.Clock,
-		Logger:   o.Logger,
-		ReadOnly: o.ReadOnly,
-		Holder:   o.Holder,
-		TakeOver: o.TakeOver,
+		Dir:       metaDir,
+		Store:     o.Store,
+		Keys:      o.Keys,
+		Clock:     o.Clock,
+		Logger:    o.Logger,
+		ReadOnly:  o.ReadOnly,
+		Holder:    o.Holder,
+		TakeOver:  o.TakeOver,
+		StandbyID: o.StandbyID,
 	}
 	lo.JournalRetention = o.JournalRetention
 	lo.ManifestInterval = o.ManifestInterval
@@ -293,10 +348,13 @@ func lockCacheDir(dir string) (*os.File, error) {
 // StartBackground starts the periodic flusher (writers only). Open calls it unless Options.DeferBackground is set; a
 // second call does nothing.
 func (e *Engine) StartBackground() {
-	if e.opts.ReadOnly || e.started.Swap(true) {
+	if e.ro.Load() || e.started.Swap(true) {
 		return
 	}
 	e.flushW.Store(worker.Start("flusher", e.clk, e.flusher))
+	if e.opts.patchWrites {
+		e.mergeW.Store(worker.Start("merger", e.clk, e.merger))
+	}
 	if e.dirtyBytes.Load() >= e.opts.SegmentTarget {
 		e.kick() // a write passed the target before the flusher started
 	}
@@ -323,7 +381,7 @@ func (e *Engine) load(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		if e.opts.ReadOnly {
+		if e.ro.Load() {
 			return errors.New("fs: the filesystem has no root directory yet (no writer has run)")
 		}
 		now := e.now()
@@ -339,8 +397,31 @@ func (e *Engine) load(ctx context.Context) error {
 			return err
 		}
 	}
-	if e.opts.ReadOnly {
+	if e.ro.Load() {
 		return nil
+	}
+	return e.loadWriter()
+}
+
+// loadWriter is the writer's part of load (and of a standby's promotion,
+// standby.go): the next inode number, the reservations, and the orphans
+// left by a crash.
+func (e *Engine) loadWriter() error {
+	v, ok, err := e.get(schema.NextInoKey)
+	if err != nil {
+		return err
+	}
+	if ok {
+		next, err := schema.ParseU64(v)
+		if err != nil {
+			return fmt.Errorf("fs: next inode record: %w", err)
+		}
+		e.ns.Lock()
+		e.ns.nextIno = max(e.ns.nextIno, next)
+		e.ns.Unlock()
+	}
+	if err := e.loadReserved(); err != nil {
+		return err
 	}
 	// Orphans left by a crash: nothing has them open any more.
 	var orphans []uint64
@@ -356,6 +437,12 @@ func (e *Engine) load(ctx context.Context) error {
 	}
 	for _, ino := range orphans {
 		e.ns.Lock()
+		if n := e.ns.inodes[ino]; n != nil && n.open > 0 {
+			// A promoted standby has it open itself: its last close
+			// decides (file.go).
+			e.ns.Unlock()
+			continue
+		}
 		e.ptrMu.Lock()
 		b := e.db.NewBatch()
 		b.Delete(schema.OrphanKey(ino))
@@ -405,13 +492,16 @@ func (e *Engine) Close(ctx context.Context) error {
 	if w := e.flushW.Load(); w != nil {
 		w.Close()
 	}
+	if w := e.mergeW.Load(); w != nil {
+		w.Close()
+	}
 	e.raGroup.Wait()
 	// Wait for a cleaner transaction under way (CleanTombstones); one that
 	// starts later finds the engine closed.
 	e.hostMu.Lock()
 	defer e.hostMu.Unlock()
 	var err error
-	if !e.opts.ReadOnly {
+	if !e.ro.Load() {
 		err = e.finalBarrier(ctx)
 	}
 	if cerr := e.rd.Close(); err == nil {
@@ -441,7 +531,7 @@ func (e *Engine) finalBarrier(ctx context.Context) error {
 }
 
 // ReadOnly reports whether the engine refuses writes.
-func (e *Engine) ReadOnly() bool { return e.opts.ReadOnly }
+func (e *Engine) ReadOnly() bool { return e.ro.Load() }
 
 // DB exposes the metadata store to the reclamation stages and fsck.
 func (e *Engine) DB() *lsm.DB { return e.db }
@@ -450,11 +540,14 @@ func (e *Engine) DB() *lsm.DB { return e.db }
 func (e *Engine) Reader() *segread.Reader { return e.rd }
 
 func (e *Engine) writable() error {
-	if e.opts.ReadOnly {
+	if e.ro.Load() {
 		return ErrReadOnly
 	}
 	if e.closed.Load() {
 		return ErrClosed
+	}
+	if err := e.db.Fenced(); err != nil {
+		return fmt.Errorf("%w: %v", ErrFenced, err)
 	}
 	if err := e.db.Failed(); err != nil {
 		return err // EIO (cachedisk.go)
@@ -471,6 +564,9 @@ func (e *Engine) acquire(ino uint64) (*inode, error) {
 
 func (e *Engine) acquireLocked(ino uint64) (*inode, error) {
 	if n := e.ns.inodes[ino]; n != nil {
+		if n.stale {
+			return nil, ErrStale
+		}
 		if n.deleted {
 			return nil, ErrNotExist
 		}
@@ -489,7 +585,7 @@ func (e *Engine) acquireLocked(ino uint64) (*inode, error) {
 		return nil, fmt.Errorf("fs: inode %d: %w", ino, err)
 	}
 	n := &inode{ino: ino, parent: rec.Parent, refs: 1, attr: attrOf(ino, rec), psize: rec.Size, res: rec.Reserved,
-		shift: rec.Shift(), dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{}}
+		resPut: reservedOf(rec.Reserved, rec.Shift()), shift: rec.Shift(), dirty: map[uint64][]byte{}, flushing: map[uint64]*flushEntry{}}
 	e.ns.inodes[ino] = n
 	return n, nil
 }
@@ -589,6 +685,7 @@ func (e *Engine) getRecord(ino uint64) (schema.Inode, error) {
 func (e *Engine) putInode(b *lsm.Batch, n *inode) {
 	rec := n.record(n.parent)
 	b.Set(schema.InodeKey(n.ino), rec.Marshal())
+	e.noteReserved(n)
 }
 
 // GetAttr returns the attributes of ino.
@@ -613,10 +710,20 @@ func (e *Engine) GetAttr(ctx context.Context, ino uint64) (Attr, error) {
 	return n.attrNow(), nil
 }
 
-// attrNow is the attribute view callers see. Caller holds n.mu.
+// attrNow is the attribute view callers see: the committed blocks plus
+// those of every extent written but not committed yet, dirty or in
+// flight (a flush commits an extent's blocks as it takes it out of
+// flushing, under n.mu, so st_blocks does not dip while it uploads).
+// Caller holds n.mu.
 func (n *inode) attrNow() Attr {
 	a := n.attr
-	a.Blocks += uint64(len(n.dirty))*(n.es()/512) + reservedBlocks(n.res, n.shift)
+	pending := len(n.dirty)
+	for idx := range n.flushing {
+		if _, again := n.dirty[idx]; !again {
+			pending++
+		}
+	}
+	a.Blocks += uint64(pending)*(n.es()/512) + reservedBlocks(n.res, n.shift)
 	return a
 }
 
@@ -625,13 +732,17 @@ func (n *inode) attrNow() Attr {
 func (e *Engine) lockFlush(ctx context.Context) error {
 	select {
 	case e.flushMu <- struct{}{}:
+		e.group.flushes.Add(1) // odd: a flush holds the lock
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-func (e *Engine) unlockFlush() { <-e.flushMu }
+func (e *Engine) unlockFlush() {
+	e.group.flushes.Add(1)
+	<-e.flushMu
+}
 
 // get reads a metadata key; after Close it fails with ErrClosed.
 func (e *Engine) get(key []byte) ([]byte, bool, error) {

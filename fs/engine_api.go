@@ -43,10 +43,27 @@ type Options struct {
 	// TakeOver takes the writer lease at once from a holder that may still
 	// run (lsm.Options.TakeOver).
 	TakeOver bool
+	// Standby opens a read-only replica that Promote may turn into the
+	// writer (standby.go); StandbyID is its entry in the lease's standbys.
+	Standby   bool
+	StandbyID string
 	// DeferBackground leaves the flusher to a later StartBackground (ebbfs run starts them once the mount is up).
 	DeferBackground bool
 
 	tuneLSM func(*lsm.Options) // tests: adjust the metadata store's options
+	// patchWrites stores writes into part of an extent as patches
+	// (patch.go, docs/PATCHES.md): when set, or when patchesByDefault,
+	// unless wholeWrites, and only on a filesystem whose descriptor
+	// format allows patches (keys.Keys.Patches). patchesWanted is that
+	// choice; patchWrites is it on a writer (a standby takes it up when
+	// promoted).
+	patchWrites, patchesWanted bool
+	// wholeWrites turns patches off (tests and benchmarks comparing with
+	// whole-extent writes).
+	wholeWrites bool
+	// patchLimit, mergePatches and mergeEighths are the patch bounds
+	// (patch.go, merge.go); 0: the defaults. Benchmarks sweep them.
+	patchLimit, mergePatches, mergeEighths int
 }
 
 // Events lets the reclamation stages hear about engine activity without fs

@@ -61,6 +61,57 @@ func (f *testFS) openIn(dir string) {
 	f.e = e
 }
 
+// openWhole reopens the engine with patches off (wholeWrites), for tests
+// of the whole-extent write path (a partial write reads the extent).
+func (f *testFS) openWhole() { f.openOpts(true) }
+
+// openOpts reopens the engine on a fresh cache directory (everything
+// then comes from the store), with patches off if whole.
+func (f *testFS) openOpts(whole bool) {
+	f.t.Helper()
+	if f.e != nil {
+		if err := f.e.Close(context.Background()); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	e, err := Open(context.Background(), Options{Store: f.store, Keys: f.keys, CacheDir: f.t.TempDir(), SegmentTarget: 1 << 20, wholeWrites: whole})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.e = e
+}
+
+// sameFromStore checks that ino reads as model, and again from the store
+// alone (reopened on an empty cache).
+func (f *testFS) sameFromStore(ino uint64, model []byte, what string) {
+	f.t.Helper()
+	if got := f.read(ino, len(model), 0); !bytes.Equal(got, model) {
+		f.t.Fatalf("%s: the file differs", what)
+	}
+	f.openPatches()
+	if got := f.read(ino, len(model), 0); !bytes.Equal(got, model) {
+		f.t.Fatalf("%s: the file differs from the store", what)
+	}
+}
+
+// foldAll does what the idle fold does once writes pause: every extent
+// that took a patch becomes one whole frame; then a barrier.
+func (f *testFS) foldAll() {
+	f.t.Helper()
+	ctx := context.Background()
+	if err := f.e.Barrier(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+	for _, x := range f.e.idle.take() {
+		if err := f.e.mergeExtent(ctx, x.ino, x.idx, true); err != nil && !errors.Is(err, ErrNotExist) {
+			f.t.Fatal(err)
+		}
+	}
+	if err := f.e.Barrier(ctx); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
 // joined returns a ReadVec's slices joined, and ends its loan.
 func joined(vecs [][]byte, release func()) []byte {
 	var b []byte

@@ -55,7 +55,7 @@ func (e *Engine) Release(ctx context.Context, ino uint64) error {
 	n.mu.RLock()
 	orphan := n.attr.Nlink == 0 && !n.deleted
 	n.mu.RUnlock()
-	if orphan && !e.opts.ReadOnly && !e.closed.Load() {
+	if orphan && !e.ro.Load() && !e.closed.Load() {
 		e.ptrMu.Lock()
 		b := e.db.NewBatch()
 		b.Delete(schema.OrphanKey(ino))
@@ -74,23 +74,28 @@ func (e *Engine) Release(ctx context.Context, ino uint64) error {
 	return nil
 }
 
-// pointer returns the committed pointer of an extent, if any.
-func (e *Engine) pointer(ino, idx uint64) (segment.Pointer, bool, error) {
-	v, ok, err := e.get(schema.ExtentKey(ino, idx))
-	if err != nil || !ok {
-		return segment.Pointer{}, false, err
-	}
-	p, err := segment.UnmarshalPointer(v)
-	if err != nil {
-		return segment.Pointer{}, false, fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
-	}
-	return p, true, nil
-}
-
-// extentPointer is the committed pointer of one extent.
+// extentPointer is the committed value of one extent: its frame p, or,
+// for a patched value, x (p is then zero).
 type extentPointer struct {
 	idx uint64
 	p   segment.Pointer
+	x   *segment.Extent
+}
+
+// extentPointerOf is the extentPointer of value x of extent idx.
+func extentPointerOf(idx uint64, x segment.Extent) extentPointer {
+	if x.Patched() {
+		return extentPointer{idx: idx, x: &x}
+	}
+	return extentPointer{idx: idx, p: x.Base}
+}
+
+// value is the extent's committed value.
+func (ep extentPointer) value() segment.Extent {
+	if ep.x != nil {
+		return *ep.x
+	}
+	return segment.BaseOnly(ep.p)
 }
 
 // A sequential read of the writer looks up the pointers of the next
@@ -115,7 +120,7 @@ type pointerWindow struct {
 // holds, or, for a sequential read (stream) of the writer, from a new
 // window from from on; a random read's from a random window (randomIn).
 func (e *Engine) committedIn(n *inode, from, to uint64, stream bool) ([]extentPointer, error) {
-	if e.opts.ReadOnly || e.ranges.has(n.ino) {
+	if e.ro.Load() || e.ranges.has(n.ino) {
 		return e.pointersIn(n.ino, from, to)
 	}
 	seen := e.db.Changes()
@@ -142,7 +147,7 @@ var committedScans atomic.Int64
 // Random reads of the writer find their pointers in windows too: the
 // pointers of an aligned randomWindow of a file, read in one scan and
 // kept, in an LRU shared by all files that holds at most randomPointers
-// pointers (ptrWindows, 3 MiB; about 2,000 windows of a file of 32 KiB
+// pointers (ptrWindows, 3.5 MiB; about 2,000 windows of a file of 32 KiB
 // extents, 255 of one of 4 KiB extents), while the metadata has not
 // changed. A point lookup in Pebble per read was a large share of the
 // writer's CPU on cold 4 KiB random reads; a scan of a window costs about
@@ -233,9 +238,18 @@ func (w *ptrWindows) dropLocked(el *list.Element) {
 	w.ptrs -= pw.cost()
 }
 
-// cost is what a window counts against randomPointers: its pointers, and
-// one more, so that windows over holes (none) are bounded too.
-func (pw *pointerWindow) cost() int { return len(pw.ptrs) + 1 }
+// cost is what a window counts against randomPointers: its pointers,
+// a patched value's patches as one pointer each, and one more, so that
+// windows over holes (none) are bounded too.
+func (pw *pointerWindow) cost() int {
+	n := len(pw.ptrs) + 1
+	for _, p := range pw.ptrs {
+		if p.x != nil {
+			n += len(p.x.Patches)
+		}
+	}
+	return n
+}
 
 // randomIn is committedIn for a random read of extents [from, to) of n
 // that found no window of its own: from the aligned randomWindow that
@@ -268,19 +282,19 @@ func within(ps []extentPointer, from, to uint64) []extentPointer {
 	return ps[lo:hi:hi]
 }
 
-// pointersIn returns the visible committed pointers (visiblePointer) of
-// extents [from, to) of ino in index order, read in one scan rather than a
-// lookup per extent.
+// pointersIn returns the visible committed values (visibleExtent) of
+// extents [from, to) of ino in index order, read in one scan rather than
+// a lookup per extent.
 func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
 	masked := e.ranges.has(ino)
 	if to == from+1 {
 		// One extent (a small random read): a point lookup costs less
 		// than setting up an iterator.
-		p, ok, err := e.pointer(ino, from)
-		if err != nil || !ok || masked && e.ranges.dead(ino, from, p) {
+		x, ok, err := e.extentValue(ino, from)
+		if err != nil || !ok || masked && e.ranges.dead(ino, from, x.NewestGen()) {
 			return nil, err
 		}
-		return []extentPointer{{from, p}}, nil
+		return []extentPointer{extentPointerOf(from, x)}, nil
 	}
 	lo, hi := schema.ExtentRange(ino, from, to)
 	// Room for every extent of the range (a stream's read-ahead asks for
@@ -291,12 +305,12 @@ func (e *Engine) pointersIn(ino, from, to uint64) ([]extentPointer, error) {
 		if err != nil {
 			return fmt.Errorf("fs: extent key %x: %w", k, err)
 		}
-		p, err := segment.UnmarshalPointer(v)
+		x, err := segment.UnmarshalExtent(v)
 		if err != nil {
 			return fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
 		}
-		if !masked || !e.ranges.dead(ino, idx, p) {
-			out = append(out, extentPointer{idx, p})
+		if !masked || !e.ranges.dead(ino, idx, x.NewestGen()) {
+			out = append(out, extentPointerOf(idx, x))
 		}
 		return nil
 	})

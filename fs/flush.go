@@ -9,7 +9,6 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"ebbfs.dev/ebbfs/internal/failpoint"
 	"ebbfs.dev/ebbfs/internal/hugemem"
@@ -32,16 +31,12 @@ func (e *Engine) deadBytes() {
 // Barrier makes everything written before it durable: it seals and uploads
 // the dirty data, commits its pointers, and appends the metadata batches
 // since the last barrier to the journal. It succeeds only if all of that did.
-func (e *Engine) Barrier(ctx context.Context) (err error) {
-	if e.opts.ReadOnly {
+// Calls that overlap share barriers (groupcommit.go).
+func (e *Engine) Barrier(ctx context.Context) error {
+	if e.ro.Load() {
 		return nil
 	}
-	defer func(start time.Time) { e.opts.Stats.barrierDone(start, err) }(time.Now())
-	if err := e.lockFlush(ctx); err != nil {
-		return err
-	}
-	defer e.unlockFlush()
-	return e.barrierLocked(ctx)
+	return e.groupBarrier(ctx)
 }
 
 // barrierLocked is Barrier; the caller holds flushMu.
@@ -68,7 +63,7 @@ func (e *Engine) barrierLocked(ctx context.Context) error {
 // not yet repointed, an upload whose commit is running) keeps a segment
 // whose counter is only partly committed out of the cycle's view.
 func (e *Engine) BarrierCutoff(ctx context.Context) (uint64, error) {
-	if e.opts.ReadOnly {
+	if e.ro.Load() {
 		return 0, ErrReadOnly
 	}
 	if err := e.lockFlush(ctx); err != nil {
@@ -84,7 +79,7 @@ func (e *Engine) BarrierCutoff(ctx context.Context) (uint64, error) {
 
 // Seal uploads and commits the dirty data without a journal write.
 func (e *Engine) Seal(ctx context.Context) error {
-	if e.opts.ReadOnly {
+	if e.ro.Load() {
 		return nil
 	}
 	if err := e.lockFlush(ctx); err != nil {
@@ -135,11 +130,12 @@ func (e *Engine) flushLocked(ctx context.Context) error {
 		}
 		start := len(items)
 		for idx, buf := range n.dirty {
-			fe := &flushEntry{data: buf, remember: n.rmw[idx]}
+			fe := &flushEntry{data: buf, remember: n.rmw[idx], span: n.spans[idx]}
 			n.flushing[idx] = fe
 			items = append(items, flushItem{n: n, idx: idx, fe: fe, snap: n.attr.Size, size: int64(len(buf))})
 		}
 		n.dirty = map[uint64][]byte{}
+		n.spans = nil
 		n.rmw = nil
 		n.mu.Unlock()
 		part := items[start:]
@@ -194,6 +190,7 @@ func (e *Engine) requeue(items []flushItem) {
 			delete(n.flushing, it.idx)
 			if n.dirty[it.idx] == nil && !n.deleted {
 				n.dirty[it.idx] = it.fe.data
+				n.setSpan(it.idx, it.fe.span)
 				back += int64(len(it.fe.data))
 			}
 		}
@@ -426,8 +423,13 @@ func (e *Engine) encodeSegment(segID uint64, batch []flushItem, buf []byte) *seg
 	ids := make([]segment.FrameID, 0, len(batch))
 	datas := make([][]byte, 0, len(batch))
 	for i := range batch {
-		d := bytes.TrimRight(batch[i].fe.data, "\x00")
-		batch[i].hole = len(d) == 0
+		var d []byte
+		if s := batch[i].fe.span; s.patch() {
+			d = batch[i].fe.data[s.lo:s.hi] // a patch: its zeroes are data
+		} else {
+			d = bytes.TrimRight(batch[i].fe.data, "\x00")
+			batch[i].hole = len(d) == 0
+		}
 		if !batch[i].hole {
 			ids = append(ids, segment.FrameID{Ino: batch[i].n.ino, Extent: batch[i].idx, Gen: segID})
 			datas = append(datas, d)
@@ -502,39 +504,11 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 			b.Merge(schema.CounterKey(segID), countDelta(0, frameBytes, objSize))
 			first = false
 		}
-		var live int64
-		var taken []flushItem
 		e.ptrMu.Lock()
 		n.mu.Lock()
-		blocks := n.attr.Blocks
-		var err error
-		for _, it := range batch[i:j] {
-			if n.deleted || n.flushing[it.idx] != it.fe {
-				continue
-			}
-			var old segment.Pointer
-			var had bool
-			old, had, err = e.pointer(n.ino, it.idx)
-			if err != nil {
-				break
-			}
-			taken = append(taken, it)
-			if had {
-				b.Merge(schema.CounterKey(old.Segment), countDelta(-int64(old.Length), 0, 0))
-				blocks -= min(blocks, blocksOf(old))
-				dead = true
-			}
-			key := schema.ExtentKey(n.ino, it.idx)
-			if it.hole {
-				if had {
-					b.Delete(key)
-				}
-				continue
-			}
-			b.Set(key, it.ptr.Marshal())
-			live += int64(it.ptr.Length)
-			blocks += blocksOf(it.ptr)
-		}
+		st, err := e.stageInode(b, n, batch[i:j])
+		dead = dead || st.dead
+		taken := st.taken
 		if err == nil {
 			// Apply the commit to the inode, and take it back if the
 			// commit fails: the data then stays in flight for requeue.
@@ -543,7 +517,7 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 				delete(n.flushing, it.idx)
 			}
 			if !n.deleted {
-				n.attr.Blocks = blocks
+				n.attr.Blocks = st.blocks
 				if p := n.coveredSize(batch[i].snap); p > n.psize {
 					n.psize = p
 				}
@@ -551,17 +525,20 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 				n.settle()
 				e.putInode(b, n)
 			}
-			if live > 0 {
-				b.Merge(schema.CounterKey(segID), countDelta(live, 0, 0))
+			if st.live > 0 {
+				b.Merge(schema.CounterKey(segID), countDelta(st.live, 0, 0))
 			}
+			st.hitBefore()
 			if err = e.commit(b); err != nil {
 				n.attr, n.psize, n.attrDirty = saved, savedPsize, savedDirty
 				for _, it := range taken {
 					n.flushing[it.idx] = it.fe
 				}
 			} else {
+				st.hitAfter()
+				e.opts.Stats.patched(st.patches, st.patchBytes)
 				for _, it := range taken {
-					if it.fe.remember && !it.hole && !n.deleted {
+					if it.fe.remember && !it.hole && !it.fe.span.patch() && !n.deleted {
 						e.rd.Remember(segment.FrameID{Ino: n.ino, Extent: it.idx, Gen: it.ptr.Gen}, it.ptr, it.fe.data[:it.ptr.PlainLen])
 					} else {
 						putExtentBuf(it.fe.data)
@@ -576,6 +553,8 @@ func (e *Engine) commitSegment(segID uint64, frameBytes, objSize int64, batch []
 		if err != nil {
 			return err
 		}
+		e.queueMerges(st.merge)
+		e.queueIdle(st.idle)
 		failpoint.Hit("segment-after-inode-commit")
 		i = j
 	}

@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -77,7 +78,7 @@ func (e *Engine) SetFollowObserver(f func(Changes)) {
 // It returns the number of journals applied. A probe that fails leaves
 // the replica serving what it has.
 func (e *Engine) Follow(ctx context.Context) (int, error) {
-	if !e.opts.ReadOnly || e.opts.PinManifest != 0 {
+	if !e.ro.Load() || e.opts.PinManifest != 0 {
 		return 0, errors.New("fs: Follow is for read-only replicas")
 	}
 	e.follow.run.Lock()
@@ -164,7 +165,9 @@ func (e *Engine) refresh(keys [][]byte, all bool) Changes {
 	ch.All = all
 	inos := map[uint64]bool{}
 	ranges := map[uint64]bool{}
+	restored := false
 	for _, k := range keys {
+		restored = restored || bytes.Equal(k, RestoreMarkKey)
 		if len(k) < 9 {
 			continue
 		}
@@ -187,6 +190,9 @@ func (e *Engine) refresh(keys [][]byte, all bool) Changes {
 		e.reloadRangeTombs(ranges)
 	}
 	e.ns.Lock()
+	if restored {
+		e.markRestored(inos)
+	}
 	for ino, n := range e.ns.inodes {
 		if !all && !inos[ino] {
 			continue

@@ -21,6 +21,23 @@ type FsckOptions struct {
 	VerifyData bool   // also authenticate every live frame
 	TempDir    string // where the metadata is rebuilt (default: os.TempDir)
 	Logger     *slog.Logger
+	// Progress, if set, is called as the check goes: at the start of each
+	// metadata scan (done and total 0), then after each segment checked
+	// with the segments and their bytes done so far and in all.
+	Progress func(FsckProgress)
+}
+
+// FsckProgress is how far a check has gone.
+type FsckProgress struct {
+	Phase                 string // "inodes", ..., "segments"
+	Done, Total           int64  // segments
+	DoneBytes, TotalBytes int64  // their object bytes
+}
+
+func (o *FsckOptions) progress(p FsckProgress) {
+	if o.Progress != nil {
+		o.Progress(p)
+	}
 }
 
 // FsckReport is the outcome of a check.
@@ -30,6 +47,43 @@ type FsckReport struct {
 	FramesVerified                     int
 	Problems                           []string // inconsistencies: fsck fails
 	Orphans                            []string // counter-less segment objects (reclaimable, not an error)
+	// Damaged are the extents whose frames do not authenticate
+	// (VerifyData), with the paths of their files; each is a problem too.
+	Damaged []DamagedExtent
+}
+
+// DamagedExtent is an extent whose frame in the store does not
+// authenticate: the file's bytes [Offset, Offset+Length) are lost.
+type DamagedExtent struct {
+	Ino    uint64
+	Extent uint64
+	Paths  []string // every name of the file; none: unlinked while open
+	Range  ByteRange
+	Object string // the segment object
+	At     int64  // the frame's offset in it
+	Err    string
+}
+
+// DamagedFiles lists the damaged files, one name a line's worth: every
+// path of each (a hard-linked file has several), or "inode N" for one
+// without a name; sorted, each once.
+func (r *FsckReport) DamagedFiles() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range r.Damaged {
+		names := d.Paths
+		if len(names) == 0 {
+			names = []string{fmt.Sprintf("inode %d (no name: unlinked while open)", d.Ino)}
+		}
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // OK reports whether no inconsistency was found.
@@ -128,10 +182,11 @@ type checker struct {
 	live     map[uint64]int64     // frame bytes the pointers reference, by segment
 	refs     map[uint64][]fsckRef // the pointers, by segment
 	counters map[uint64][3]int64  // live, total, size, by segment
+	patches  bool                 // the descriptor format allows patched values (keys.Keys.Patches)
 }
 
 func check(ctx context.Context, db metaScanner, s objstore.Store, k *keys.Keys, o FsckOptions) (*FsckReport, error) {
-	c := &checker{db: db, r: &FsckReport{}}
+	c := &checker{db: db, r: &FsckReport{}, patches: k.Patches}
 	steps := []struct {
 		what string // what a step scans; "" for a check that scans nothing
 		f    func() error
@@ -147,6 +202,9 @@ func check(ctx context.Context, db metaScanner, s objstore.Store, k *keys.Keys, 
 	// A failed scan fails the check: a report without the scan's records
 	// would call the filesystem consistent without having looked.
 	for _, st := range steps {
+		if st.what != "" {
+			o.progress(FsckProgress{Phase: st.what})
+		}
 		if err := st.f(); err != nil {
 			return nil, fmt.Errorf("fsck: scanning %s: %w", st.what, err)
 		}
@@ -154,6 +212,9 @@ func check(ctx context.Context, db metaScanner, s objstore.Store, k *keys.Keys, 
 	c.checkCounters()
 	if err := c.checkSegments(ctx, s, k, o); err != nil {
 		return nil, err
+	}
+	if err := c.nameDamage(); err != nil {
+		return nil, fmt.Errorf("fsck: naming the damaged files: %w", err)
 	}
 	sort.Strings(c.r.Orphans)
 	return c.r, nil
@@ -308,7 +369,8 @@ func (c *checker) checkDir(ino uint64, n *fsckInode) {
 	}
 }
 
-// scanExtents reads every pointer, adding its bytes to its segment's sum.
+// scanExtents reads every extent value, adding the bytes of each of its
+// frames to the frame's segment's sum.
 func (c *checker) scanExtents() error {
 	r := c.r
 	c.live, c.refs = map[uint64]int64{}, map[uint64][]fsckRef{}
@@ -319,7 +381,7 @@ func (c *checker) scanExtents() error {
 			r.problem("malformed extent key %x", key)
 			return nil
 		}
-		p, err := segment.UnmarshalPointer(v)
+		x, err := segment.UnmarshalExtent(v)
 		if err != nil {
 			r.problem("extent %d/%d: %v", ino, idx, err)
 			return nil
@@ -327,11 +389,18 @@ func (c *checker) scanExtents() error {
 		if c.inodes[ino] == nil && !c.tombs[ino] {
 			r.problem("extent %d/%d belongs to no inode and no tombstone", ino, idx)
 		}
-		if n := c.inodes[ino]; n != nil && !c.tombs[ino] && uint64(p.PlainLen) > uint64(1)<<n.rec.Shift {
-			r.problem("extent %d/%d holds %d bytes, more than the file's extent size %d", ino, idx, p.PlainLen, uint64(1)<<n.rec.Shift)
+		if x.Patched() && !c.patches {
+			r.problem("extent %d/%d holds %d patches in a filesystem whose descriptor format predates patches", ino, idx, len(x.Patches))
 		}
-		c.live[p.Segment] += int64(p.Length)
-		c.refs[p.Segment] = append(c.refs[p.Segment], fsckRef{segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p})
+		if n := c.inodes[ino]; n != nil && !c.tombs[ino] && uint64(x.End()) > uint64(1)<<n.rec.Shift {
+			r.problem("extent %d/%d holds %d bytes, more than the file's extent size %d", ino, idx, x.End(), uint64(1)<<n.rec.Shift)
+		}
+		// Every frame of the value, base and patches, is live in its
+		// segment and must be listed and authenticate there.
+		for p := range x.Frames() {
+			c.live[p.Segment] += int64(p.Length)
+			c.refs[p.Segment] = append(c.refs[p.Segment], fsckRef{segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p})
+		}
 		return nil
 	})
 }
@@ -406,13 +475,20 @@ func (c *checker) checkSegments(ctx context.Context, s objstore.Store, k *keys.K
 		segs = append(segs, seg)
 	}
 	sort.Slice(segs, func(i, j int) bool { return segs[i] < segs[j] })
+	pr := FsckProgress{Phase: "segments", Total: int64(len(segs))}
 	for _, seg := range segs {
+		pr.TotalBytes += sizes[seg]
+	}
+	for _, seg := range segs {
+		pr.Done++
 		size, ok := sizes[seg]
 		if !ok {
 			c.r.problem("segment %s is referenced by %d pointers but missing from the store", segment.Key(seg), len(c.refs[seg]))
 			continue
 		}
 		c.checkSegment(ctx, s, k, rd, seg, size)
+		pr.DoneBytes += size
+		o.progress(pr)
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -433,18 +509,61 @@ func (c *checker) checkSegment(ctx context.Context, s objstore.Store, k *keys.Ke
 	for _, d := range dir {
 		frames[d.Offset] = d
 	}
+	listed := make([]fsckRef, 0, len(c.refs[seg]))
 	for _, x := range c.refs[seg] {
 		d, ok := frames[x.p.Offset]
 		if !ok || d.Length != x.p.Length || d.Ino != x.id.Ino || d.Extent != x.id.Extent || d.Gen != x.id.Gen {
 			r.problem("extent %d/%d points at %s offset %d, which the directory does not list for it", x.id.Ino, x.id.Extent, segment.Key(seg), x.p.Offset)
 			continue
 		}
-		if rd != nil {
-			if _, err := readFrame(ctx, rd, x.id, x.p); err != nil {
-				r.problem("extent %d/%d: frame in %s does not authenticate: %v", x.id.Ino, x.id.Extent, segment.Key(seg), err)
-				continue
-			}
-			r.FramesVerified++
-		}
+		listed = append(listed, x)
 	}
+	if rd == nil {
+		return
+	}
+	bad, errs := verifyFrames(ctx, rd, listed)
+	for i, x := range bad {
+		c.damaged(x, errs[i])
+	}
+	r.FramesVerified += len(listed) - len(bad)
+}
+
+// damaged notes an extent whose frame does not authenticate; nameDamage
+// reports it once the file's paths are known.
+func (c *checker) damaged(x fsckRef, err error) {
+	shift := uint8(schema.MaxExtentShift)
+	if n := c.inodes[x.id.Ino]; n != nil {
+		shift = n.rec.Shift
+	}
+	c.r.Damaged = append(c.r.Damaged, DamagedExtent{Ino: x.id.Ino, Extent: x.id.Extent,
+		Range:  ByteRange{Offset: int64(x.id.Extent << shift), Length: int64(x.p.PlainLen)},
+		Object: segment.Key(x.p.Segment), At: int64(x.p.Offset), Err: err.Error()})
+}
+
+// nameDamage finds the paths of the damaged files (one more scan of the
+// directory entries, only when there is damage) and reports each damaged
+// extent as a problem naming them.
+func (c *checker) nameDamage() error {
+	if len(c.r.Damaged) == 0 {
+		return nil
+	}
+	inos := map[uint64]bool{}
+	for _, d := range c.r.Damaged {
+		inos[d.Ino] = true
+	}
+	paths, err := inodePaths(c.db.Scan, inos)
+	if err != nil {
+		return err
+	}
+	for i := range c.r.Damaged {
+		d := &c.r.Damaged[i]
+		d.Paths = paths[d.Ino]
+		name := "no name (unlinked while open)"
+		if len(d.Paths) > 0 {
+			name = strings.Join(d.Paths, ", ")
+		}
+		c.r.problem("damaged: %s bytes %s (inode %d, extent %d): frame in %s at offset %d does not authenticate: %s",
+			name, d.Range, d.Ino, d.Extent, d.Object, d.At, d.Err)
+	}
+	return nil
 }

@@ -27,24 +27,49 @@ func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error 
 		es := n.es()
 		idx, from := size/es, size%es
 		inMem := n.dirty[idx] != nil || n.flushing[idx] != nil
-		var ptr segment.Pointer
+		patch := n.patchInMem(idx)
+		below := patch && n.patchesBelow(idx, from)
+		var ptr segment.Extent
 		var hasPtr bool
 		var err error
-		if regular && !inMem {
-			ptr, hasPtr, err = e.visiblePointer(n.ino, idx)
+		if regular && (!inMem || below) {
+			ptr, hasPtr, err = e.visibleExtent(n.ino, idx)
 		}
 		n.mu.RUnlock()
 		if err != nil {
 			return err
 		}
-		if !regular || newEnd <= int64(size) || from == 0 || (!inMem && !hasPtr) {
+		if !regular || newEnd <= int64(size) || from == 0 || (!inMem && !hasPtr) || (below && !hasPtr) {
 			return nil // not growing, no partial last extent, or a hole
+		}
+		if below {
+			// Patches in memory below the end (an append's, patch.go):
+			// the bytes past the end are the committed value's. Zeroes
+			// (as nearly always) are left so; otherwise commit the
+			// patches and look again.
+			var data []byte
+			err = e.storeRead(ctx, "read extent", func() error {
+				var err error
+				data, err = e.readExtent(ctx, n.ino, idx, ptr)
+				return err
+			})
+			if err != nil || zeroFrom(data, from) {
+				return err
+			}
+		}
+		if patch {
+			// The buffer holds part of the extent: commit it, then look
+			// again (patch.go).
+			if err := e.Seal(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		var data []byte
 		if hasPtr {
-			err = e.storeRead(ctx, "read "+segment.Key(ptr.Segment), func() error {
+			err = e.storeRead(ctx, "read extent", func() error {
 				var err error
-				data, err = readFrame(ctx, e.rd, segment.FrameID{Ino: n.ino, Extent: idx, Gen: ptr.Gen}, ptr)
+				data, err = e.readExtent(ctx, n.ino, idx, ptr)
 				return err
 			})
 			if err != nil {
@@ -63,7 +88,7 @@ func (e *Engine) zeroPastEnd(ctx context.Context, n *inode, newEnd int64) error 
 
 // zeroPastEndApply is zeroPastEnd's change, made if the size and the last
 // extent are still as zeroPastEnd saw them; otherwise it reports !done.
-func (e *Engine) zeroPastEndApply(n *inode, size, es, idx, from uint64, inMem bool, ptr segment.Pointer, hasPtr bool, data []byte) (done bool, err error) {
+func (e *Engine) zeroPastEndApply(n *inode, size, es, idx, from uint64, inMem bool, ptr segment.Extent, hasPtr bool, data []byte) (done bool, err error) {
 	e.ptrMu.Lock()
 	defer e.ptrMu.Unlock()
 	n.mu.Lock()
@@ -71,7 +96,7 @@ func (e *Engine) zeroPastEndApply(n *inode, size, es, idx, from uint64, inMem bo
 	if n.deleted {
 		return true, nil
 	}
-	if n.attr.Size != size || n.es() != es || (n.dirty[idx] != nil || n.flushing[idx] != nil) != inMem {
+	if n.attr.Size != size || n.es() != es || (n.dirty[idx] != nil || n.flushing[idx] != nil) != inMem || n.patchInMem(idx) {
 		return false, nil
 	}
 	if buf := n.dirty[idx]; buf != nil {
@@ -84,15 +109,16 @@ func (e *Engine) zeroPastEndApply(n *inode, size, es, idx, from uint64, inMem bo
 			return true, nil
 		}
 	} else {
-		p, ok, err := e.visiblePointer(n.ino, idx)
+		p, ok, err := e.visibleExtent(n.ino, idx)
 		if err != nil {
 			return true, err
 		}
-		if ok != hasPtr || p != ptr {
+		if ok != hasPtr || !p.Equal(ptr) {
 			return false, nil
 		}
 	}
 	buf := getExtentBuf(es)
+	n.setSpan(idx, span{})
 	clear(buf[copy(buf, data):])
 	clear(buf[from:])
 	if len(n.res) > 0 {

@@ -125,16 +125,14 @@ func (e *Engine) Lookup(ctx context.Context, parent uint64, name string) (Attr, 
 	return e.GetAttr(ctx, d.Ino)
 }
 
-// newChild allocates an inode and links it as name in p. Caller holds e.ns.
-func (t *txn) newChild(p *inode, name string, mode, rdev, uid, gid uint32) *inode {
+// newInode allocates an inode with nlink links, created in directory p
+// (its extent size and recorded parent come from p), and writes its
+// record. Caller holds e.ns.
+func (t *txn) newInode(p *inode, mode, rdev, uid, gid, nlink uint32) *inode {
 	e := t.e
 	ino := e.ns.nextIno
 	e.ns.nextIno++
 	t.b.Set(schema.NextInoKey, schema.U64(e.ns.nextIno))
-	nlink := uint32(1)
-	if mode&ModeType == ModeDir {
-		nlink = 2
-	}
 	p.mu.RLock()
 	shift := p.shift // a directory's extent size is its new children's
 	p.mu.RUnlock()
@@ -144,7 +142,17 @@ func (t *txn) newChild(p *inode, name string, mode, rdev, uid, gid uint32) *inod
 	e.ns.inodes[ino] = n
 	t.held = append(t.held, n)
 	e.putInode(t.b, n)
-	t.b.Set(schema.DirentKey(p.ino, name), schema.Dirent{Ino: ino, Type: mode & ModeType}.Marshal())
+	return n
+}
+
+// newChild allocates an inode and links it as name in p. Caller holds e.ns.
+func (t *txn) newChild(p *inode, name string, mode, rdev, uid, gid uint32) *inode {
+	nlink := uint32(1)
+	if mode&ModeType == ModeDir {
+		nlink = 2
+	}
+	n := t.newInode(p, mode, rdev, uid, gid, nlink)
+	t.b.Set(schema.DirentKey(p.ino, name), schema.Dirent{Ino: n.ino, Type: mode & ModeType}.Marshal())
 	t.modify(p, func(a *Attr) {
 		a.Mtime, a.Ctime = t.now, t.now
 		if nlink == 2 {
@@ -154,11 +162,17 @@ func (t *txn) newChild(p *inode, name string, mode, rdev, uid, gid uint32) *inod
 	return n
 }
 
-func (e *Engine) create(parent uint64, name string, mode, rdev, uid, gid uint32, target string) (Attr, error) {
+// mayCreate fails if no new inode may be made now (a reader, or the cache
+// directory's disk full).
+func (e *Engine) mayCreate() error {
 	if err := e.writable(); err != nil {
-		return Attr{}, err
+		return err
 	}
-	if err := e.cacheDiskRoom(); err != nil {
+	return e.cacheDiskRoom()
+}
+
+func (e *Engine) create(parent uint64, name string, mode, rdev, uid, gid uint32, target string) (Attr, error) {
+	if err := e.mayCreate(); err != nil {
 		return Attr{}, err
 	}
 	if err := checkName(name); err != nil {
@@ -267,11 +281,16 @@ func (e *Engine) Link(ctx context.Context, ino, newParent uint64, newName string
 		return Attr{}, t.finish(ErrPermission)
 	case a.Nlink >= MaxLinks:
 		return Attr{}, t.finish(ErrTooManyLinks)
-	case a.Nlink == 0:
+	case a.Nlink == 0 && (n.open == 0 || n.deleted):
 		return Attr{}, t.finish(ErrNotExist)
 	}
 	if err := e.absent(newParent, newName); err != nil {
 		return Attr{}, t.finish(err)
+	}
+	if a.Nlink == 0 {
+		// An open file with no name (O_TMPFILE; the kernel allows the
+		// link only for those) gets one and stops being an orphan.
+		t.b.Delete(schema.OrphanKey(ino))
 	}
 	t.b.Set(schema.DirentKey(newParent, newName), schema.Dirent{Ino: ino, Type: a.Mode & ModeType}.Marshal())
 	t.modify(n, func(a *Attr) { a.Nlink++; a.Ctime = t.now })

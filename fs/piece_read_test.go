@@ -117,7 +117,8 @@ func TestDamagedDiskPieceRetried(t *testing.T) {
 	if got := f.read(ino, len(want), 0); !bytes.Equal(got, want) {
 		t.Fatal("warm-up read differs")
 	}
-	ptr, ok, err := f.e.visiblePointer(ino, 2)
+	x, ok, err := f.e.visibleExtent(ino, 2)
+	ptr := x.Base
 	if err != nil || !ok || !ptr.IsPieced() {
 		t.Fatalf("pointer %+v %v %v", ptr, ok, err)
 	}

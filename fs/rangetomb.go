@@ -49,13 +49,14 @@ type rangeTombs struct {
 	m  map[uint64][]rangeTomb
 }
 
-// dead reports whether pointer p of extent idx of ino is covered by a
-// range tombstone written after p's data.
-func (t *rangeTombs) dead(ino, idx uint64, p segment.Pointer) bool {
+// dead reports whether the value of extent idx of ino whose newest
+// frame has generation gen (segment.Extent.NewestGen) is covered by a
+// range tombstone written after its data.
+func (t *rangeTombs) dead(ino, idx, gen uint64) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for _, r := range t.m[ino] {
-		if p.Gen < r.mark && r.covers(idx) {
+		if gen < r.mark && r.covers(idx) {
 			return true
 		}
 	}
@@ -134,19 +135,6 @@ func (e *Engine) loadRangeTombs() error {
 // markNow returns an id above every segment id allocated so far.
 func (e *Engine) markNow() uint64 { return e.db.Epoch()<<32 | (e.segSeq.Load() + 1) }
 
-// visiblePointer is the pointer a read of extent idx uses: the committed
-// one, unless a range tombstone made it dead.
-func (e *Engine) visiblePointer(ino, idx uint64) (segment.Pointer, bool, error) {
-	p, ok, err := e.pointer(ino, idx)
-	if err != nil || !ok {
-		return p, false, err
-	}
-	if e.ranges.dead(ino, idx, p) {
-		return segment.Pointer{}, false, nil
-	}
-	return p, true, nil
-}
-
 // dropRangeLocked removes the extents [from, to) (to == 0: to the end) of
 // n in batch b: their pointers and counters when there are at most
 // InlineDropExtents of them, a range tombstone otherwise. It returns a
@@ -155,18 +143,18 @@ func (e *Engine) visiblePointer(ino, idx uint64) (segment.Pointer, bool, error) 
 func (e *Engine) dropRangeLocked(b *lsm.Batch, n *inode, from, to uint64) (apply func(), err error) {
 	lo, hi := schema.ExtentRange(n.ino, from, to)
 	var keys [][]byte
-	var ptrs []segment.Pointer
+	var vals []segment.Extent
 	err = e.scan(lo, hi, func(k, v []byte) error {
 		if len(keys) == InlineDropExtents {
 			keys = append(keys, nil) // more than inline: a tombstone
 			return errStopScan
 		}
-		p, err := segment.UnmarshalPointer(v)
+		x, err := segment.UnmarshalExtent(v)
 		if err != nil {
 			return fmt.Errorf("fs: extent %x: %w", k, err)
 		}
 		keys = append(keys, append([]byte(nil), k...))
-		ptrs = append(ptrs, p)
+		vals = append(vals, x)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errStopScan) {
@@ -187,8 +175,8 @@ func (e *Engine) dropRangeLocked(b *lsm.Batch, n *inode, from, to uint64) (apply
 	var blocks uint64
 	for i, k := range keys {
 		b.Delete(k)
-		b.Merge(schema.CounterKey(ptrs[i].Segment), countDelta(-int64(ptrs[i].Length), 0, 0))
-		blocks += blocksOf(ptrs[i])
+		debit(b, vals[i])
+		blocks += extentBlocks(vals[i])
 	}
 	n.attr.Blocks -= min(n.attr.Blocks, blocks)
 	if len(keys) == 0 {
@@ -244,12 +232,12 @@ func (e *Engine) cleanInodeRanges(ino uint64, n *inode, list []rangeTomb, budget
 		}
 		finished := true
 		for ok := it.Last(); ok; ok = it.Prev() {
-			p, perr := segment.UnmarshalPointer(it.Value())
+			x, perr := segment.UnmarshalExtent(it.Value())
 			if perr != nil {
 				it.Close()
 				return 0, 0, 0, fmt.Errorf("fs: extent %x: %w", it.Key(), perr)
 			}
-			if p.Gen >= r.mark {
+			if x.NewestGen() >= r.mark {
 				continue // written after the truncate
 			}
 			if removed == budget {
@@ -257,9 +245,8 @@ func (e *Engine) cleanInodeRanges(ino uint64, n *inode, list []rangeTomb, budget
 				break
 			}
 			b.Delete(append([]byte(nil), it.Key()...))
-			b.Merge(schema.CounterKey(p.Segment), countDelta(-int64(p.Length), 0, 0))
-			blocks += blocksOf(p)
-			freed += int64(p.Length)
+			blocks += extentBlocks(x)
+			freed += debit(b, x)
 			removed++
 		}
 		err = it.Error()

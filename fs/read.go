@@ -60,10 +60,12 @@ func missed(ctx context.Context, err error) bool {
 	return err != nil && ctx.Err() == errCacheOnly
 }
 
-// storeMiss is a run of frames a cache-only attempt did not find.
+// storeMiss is a run of frames a cache-only attempt did not find; for one
+// frame read in part (readPieces), to > 0 and [from, to) is the part.
 type storeMiss struct {
-	ids  []segment.FrameID
-	ptrs []segment.Pointer
+	ids      []segment.FrameID
+	ptrs     []segment.Pointer
+	from, to int
 }
 
 // storeRead runs op, which reads from the store without holding an inode
@@ -78,8 +80,14 @@ func (e *Engine) storeRead(ctx context.Context, what string, op func() error) er
 }
 
 // fetch reads the missed runs into the caches, waiting out outages.
-func (e *Engine) fetch(ctx context.Context, misses []storeMiss) error {
-	for _, m := range misses {
+func (e *Engine) fetch(ctx context.Context, misses []storeMiss, pieces bool) error {
+	if pieces {
+		var err error
+		if misses, err = e.fetchPieces(ctx, misses); err != nil {
+			return err
+		}
+	}
+	for _, m := range coalescePieces(misses) {
 		err := e.storeRead(ctx, "read "+segment.Key(m.ptrs[0].Segment), func() error {
 			_, err := e.rd.Read(ctx, &segread.Request{IDs: m.ids, Ptrs: m.ptrs, Want: segread.Fill})
 			return err
@@ -98,37 +106,54 @@ func readFrame(ctx context.Context, rd *segread.Reader, id segment.FrameID, p se
 	return res.Frame, err
 }
 
-// readCommitted reads an extent from its segment; nil means a hole.
+// readCommitted reads an extent's committed bytes (base and patches);
+// nil means a hole.
 func (e *Engine) readCommitted(ctx context.Context, ino, idx uint64) ([]byte, error) {
-	p, ok, err := e.visiblePointer(ino, idx)
+	x, ok, err := e.visibleExtent(ino, idx)
 	if err != nil || !ok {
 		return nil, err
 	}
-	return readFrame(ctx, e.rd, segment.FrameID{Ino: ino, Extent: idx, Gen: p.Gen}, p)
+	return e.readExtent(ctx, ino, idx, x)
 }
 
 // baseLocked returns the current bytes of extent idx (nil: zeroes) for a
-// partial write of it; the extent is not dirty. Bytes read from the
-// committed frame come with its pointer (zero otherwise). Caller holds
-// n.mu.
-func (e *Engine) baseLocked(ctx context.Context, n *inode, idx uint64) ([]byte, segment.Pointer, error) {
-	if f := n.flushing[idx]; f != nil {
-		return f.data, segment.Pointer{}, nil
+// partial write of it that rewrites it whole; the extent is not dirty.
+// Bytes read from the committed value come with it (the zero value
+// otherwise). A patch in flight is painted over the committed bytes.
+// The bytes must not be modified. Caller holds n.mu.
+func (e *Engine) baseLocked(ctx context.Context, n *inode, idx uint64) ([]byte, segment.Extent, error) {
+	f := n.flushing[idx]
+	if f != nil && !f.span.patch() {
+		return f.data, segment.Extent{}, nil
 	}
-	p, ok, err := e.visiblePointer(n.ino, idx)
-	if err != nil || !ok {
-		return nil, segment.Pointer{}, err
-	}
-	b, err := readFrame(ctx, e.rd, segment.FrameID{Ino: n.ino, Extent: idx, Gen: p.Gen}, p)
+	x, ok, err := e.visibleExtent(n.ino, idx)
 	if err != nil {
-		return nil, segment.Pointer{}, err
+		return nil, segment.Extent{}, err
 	}
-	return b, p, nil
+	var b []byte
+	if ok {
+		if b, err = e.readExtent(ctx, n.ino, idx, x); err != nil {
+			return nil, segment.Extent{}, err
+		}
+	}
+	if f != nil {
+		m := make([]byte, n.es())
+		copy(m, b)
+		copy(m[f.span.lo:f.span.hi], f.data[f.span.lo:f.span.hi])
+		return m, x, nil
+	}
+	return b, x, nil
 }
 
 // Read reads up to len(p) bytes at off. It returns 0 at or past the end.
 func (e *Engine) Read(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
-	if !e.opts.ReadOnly || e.opts.PinManifest != 0 {
+	nr, err := e.readAny(ctx, ino, p, off)
+	return nr, e.readFailed(ino, off, len(p), err)
+}
+
+// readAny is Read on a writer, a checkpoint reader or a following replica.
+func (e *Engine) readAny(ctx context.Context, ino uint64, p []byte, off int64) (int, error) {
+	if !e.ro.Load() || e.opts.PinManifest != 0 {
 		return e.read(ctx, ino, p, off, nil)
 	}
 	nr, gone, err := e.replicaRead(ctx, ino, p, off)
@@ -177,12 +202,13 @@ func (e *Engine) replicaRead(ctx context.Context, ino uint64, p []byte, off int6
 // p under a lent slice are then not written). Only the writer lends; a
 // replica's read is Read's.
 func (e *Engine) ReadVec(ctx context.Context, ino uint64, p []byte, off int64) (vecs [][]byte, release func(), n int, err error) {
-	if e.opts.ReadOnly {
+	if e.ro.Load() {
 		n, err = e.Read(ctx, ino, p, off)
 		return [][]byte{p[:max(n, 0)]}, nil, n, err
 	}
 	v := &readVec{}
 	n, err = e.read(ctx, ino, p, off, v)
+	err = e.readFailed(ino, off, len(p), err)
 	if err != nil || n == 0 {
 		v.release()
 		return [][]byte{p[:0]}, nil, n, err
@@ -236,7 +262,8 @@ func (e *Engine) read(ctx context.Context, ino uint64, p []byte, off int64, vec 
 	if vec != nil {
 		vec.release() // an incomplete attempt
 	}
-	if err := e.fetch(ctx, misses); err != nil {
+	pieces := e.fetchAround(ctx, n, off)
+	if err := e.fetch(ctx, misses, pieces); err != nil {
 		return 0, err
 	}
 	return e.readOnce(ctx, n, p, off, nil, vec)
@@ -260,26 +287,29 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 		p = p[:size-off]
 	}
 	end := off + int64(len(p))
-	random := n.seqEnd.Load() != off
+	random := n.seq.random(off)
 	if err := e.readRangeLocked(ctx, n, p, off, random, misses, vec); err != nil {
 		return 0, err
 	}
 	if misses != nil && len(*misses) > 0 {
 		return 0, nil
 	}
-	if prev := n.seqEnd.Swap(end); prev == off {
-		e.readAhead(n.ino, end, size, n)
+	if stream, ok := n.seq.advance(off, end); ok {
+		e.readAhead(n.ino, end, size, stream, n)
 	}
 	return len(p), nil
 }
 
-// Read-ahead: a read that starts where the previous one ended fetches the
-// committed extents from readAheadSkip to readAheadWindow past it into the
-// frame cache in the background, in runs of at least readAheadMin, so that
-// decryption of what comes next overlaps with the kernel copying out what
-// came before. The first readAheadSkip is left to the kernel's own
-// readahead (1 MiB), whose request is usually already on its way; fetching
-// it here too would read it twice.
+// Read-ahead: a read that continues a stream (read_stream.go) fetches the
+// committed extents from readAheadSkip to the stream's window past it
+// into the frame cache in the background, in runs of at least the least
+// readAheadSpan gives, so that decryption of what comes next overlaps
+// with the kernel copying out what came before. The window starts at
+// readAheadFirst and grows with the stream up to readAheadWindow. The
+// first readAheadSkip is left to the kernel's own readahead (1 MiB),
+// whose request is usually already on its way; were it fetched here too,
+// the segment reader would have the later of the two wait for the
+// other's GET (segread, flight.go) rather than fetch it twice.
 //
 // On a local store, reads of whole frames are decrypted straight into the
 // request's buffer instead (readRangeLocked), from sealed bytes read past
@@ -296,18 +326,16 @@ func (e *Engine) readOnce(ctx context.Context, n *inode, p []byte, off int64, mi
 // constants".
 const (
 	readAheadSkip   = 1 << 20
-	readAheadWindow = 32 << 20
+	readAheadFirst  = 4 << 20  // the window of a new stream behind a remote store (read_stream.go)
+	readAheadWindow = 32 << 20 // the most it grows to
 	readAheadMin    = 4 << 20
 
 	readAheadLocalWindow = 24 << 20
 	readAheadLocalMin    = 4 << 20
 )
 
-func (e *Engine) readAhead(ino uint64, end, size int64, n *inode) {
-	window, least := int64(readAheadWindow), int64(readAheadMin)
-	if e.local {
-		window, least = readAheadLocalWindow, readAheadLocalMin
-	}
+func (e *Engine) readAhead(ino uint64, end, size, stream int64, n *inode) {
+	window, least := e.readAheadSpan(stream)
 	from := max(end+readAheadSkip, n.raEnd.Load())
 	to := min(end+window, size)
 	if to-from < least && to < size || to <= from || e.closed.Load() {
@@ -340,10 +368,13 @@ const prefetchRun = 2 << 20
 // only reads the runs' sealed bytes for those reads to decrypt
 // (segread.Reader.ReadAhead).
 func (e *Engine) prefetch(ctx context.Context, ino, es uint64, from, to int64) {
+	ctx = objstore.TagIfTracing(ctx, objstore.PurposeReadAhead)
 	all, err := e.pointersIn(ino, uint64(from)/es, uint64(to-1)/es+1)
 	if err != nil {
 		return
 	}
+	// Patched extents are read piece by piece when asked for (patchread.go).
+	all = slices.DeleteFunc(all, func(x extentPointer) bool { return x.x != nil })
 	var runs worker.Group
 	for len(all) > 0 && ctx.Err() == nil {
 		k, span := 1, all[0].p.Length
@@ -382,7 +413,7 @@ func (e *Engine) readPieces(ctx context.Context, ino, idx uint64, ptr segment.Po
 	id := segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}
 	_, err := e.rd.Read(ctx, &segread.Request{ID: id, Ptr: ptr, From: int(from), To: int(to), Buf: dst})
 	if misses != nil && missed(ctx, err) {
-		*misses = append(*misses, storeMiss{[]segment.FrameID{id}, []segment.Pointer{ptr}})
+		*misses = append(*misses, storeMiss{[]segment.FrameID{id}, []segment.Pointer{ptr}, int(from), int(to)})
 		return nil
 	}
 	if err != nil {
@@ -440,6 +471,15 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 		for len(committed) > 0 && committed[0].idx < idx {
 			committed = committed[1:]
 		}
+		// A buffer holding part of the extent (a patch), or a patched
+		// value: the extent is assembled from its pieces.
+		if mem, s, ok := n.memPatch(idx); ok {
+			x, has := committedAt(committed, idx)
+			if err := rr.assemble(n.ino, idx, x, has, mem, s); err != nil {
+				return err
+			}
+			continue
+		}
 		// Bytes not from a committed frame: the write buffers', or
 		// zeroes. The run before them is placed first (vec lists the
 		// bytes in order).
@@ -448,6 +488,12 @@ func (e *Engine) readRangeLocked(ctx context.Context, n *inode, p []byte, off in
 				return err
 			}
 			rr.placeFrom(idx, data, 0, false)
+			continue
+		}
+		if x := committed[0].x; x != nil {
+			if err := rr.assemble(n.ino, idx, *x, true, nil, span{}); err != nil {
+				return err
+			}
 			continue
 		}
 		ptr := committed[0].p
@@ -548,7 +594,7 @@ func (rr *rangeRead) missed(err error) bool {
 	if rr.misses == nil || !missed(rr.ctx, err) {
 		return false
 	}
-	*rr.misses = append(*rr.misses, storeMiss{slices.Clone(rr.runIDs), slices.Clone(rr.runPtrs)})
+	*rr.misses = append(*rr.misses, storeMiss{ids: slices.Clone(rr.runIDs), ptrs: slices.Clone(rr.runPtrs)})
 	return true
 }
 

@@ -6,11 +6,22 @@ import (
 	"ebbfs.dev/ebbfs/segment"
 )
 
-// Repoint moves each extent whose pointer still equals Old to New, in one
+// Repoint moves each extent frame that its value still references at Old
+// (its base or one of its patches) to New, in one
 // transaction that also credits the output segment (frameBytes, objSize:
 // its counter's total and size) and debits the sources. A pointer that
 // changed meanwhile (a concurrent overwrite, truncate or delete) is left
 // alone: the newer write wins and its frame in the output is dead.
+//
+// A moved frame of a patched value asks the merger to fold the value into
+// one whole frame once writes pause (the idle fold, docs/PATCHES.md
+// "Merge"): repack keeps the pieces verbatim, and the fold is what makes
+// the extent read sequentially again. Not at once: during a burst of
+// random writes repack moves patches that later writes soon drop, and a
+// merge for each would upload a whole extent per moved patch. The fold is
+// a write like any other: it checks that the value still holds the same
+// frames (a repack may only have moved them), and its commit debits every
+// piece.
 func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []segment.Move) (int, error) {
 	if err := e.writable(); err != nil {
 		return 0, err
@@ -22,15 +33,34 @@ func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []segme
 	b.Merge(schema.CounterKey(outSeg), countDelta(0, frameBytes, objSize))
 	moved := 0
 	var live int64
+	var fold []extentID
+	// A repack moves the base and patches of one value together when
+	// they lie in its sources: each move must see the value as the
+	// moves before it in this batch left it, or the last would write
+	// back the others' old places (their counters moved all the same).
+	staged := map[extentID]segment.Extent{}
 	for _, m := range moves {
-		cur, ok, err := e.pointer(m.Ino, m.Extent)
-		if err != nil {
-			return 0, err
+		id := extentID{m.Ino, m.Extent}
+		cur, ok := staged[id]
+		if !ok {
+			var err error
+			if cur, ok, err = e.extentValue(m.Ino, m.Extent); err != nil {
+				return 0, err
+			}
 		}
-		if !ok || cur != m.Old {
+		if !ok {
 			continue
 		}
-		b.Set(schema.ExtentKey(m.Ino, m.Extent), m.New.Marshal())
+		// The frame may be the base or a patch of the value.
+		nv, found := cur.Replace(m.Old, m.New)
+		if !found {
+			continue
+		}
+		staged[id] = nv
+		b.Set(schema.ExtentKey(m.Ino, m.Extent), nv.Marshal())
+		if nv.Patched() && e.opts.patchWrites {
+			fold = append(fold, extentID{m.Ino, m.Extent})
+		}
 		b.Merge(schema.CounterKey(m.Old.Segment), countDelta(-int64(m.Old.Length), 0, 0))
 		live += int64(m.New.Length)
 		moved++
@@ -43,6 +73,9 @@ func (e *Engine) Repoint(outSeg uint64, frameBytes, objSize int64, moves []segme
 	}
 	if moved > 0 {
 		e.deadBytes()
+	}
+	if len(fold) > 0 {
+		e.queueIdle(fold)
 	}
 	return moved, nil
 }

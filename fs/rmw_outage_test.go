@@ -31,7 +31,7 @@ func TestPartialWritesWaitOutStoreErrors(t *testing.T) {
 	if err := f.e.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}
-	f.reopen() // nothing cached
+	f.openWhole() // nothing cached; patches off: the write reads its extents
 	id := fs.AddRule(objstore.Rule{Ops: []objstore.Op{objstore.OpGet, objstore.OpGetRange}, Prefix: "segments/", Skip: 1, Count: 6, Fail: true})
 	patch := testutil.RandBytes(6, extentSize)
 	off := int64(extentSize / 2)

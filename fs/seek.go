@@ -13,7 +13,7 @@ func (e *Engine) hasDataLocked(n *inode, idx uint64) (bool, error) {
 	if n.dirty[idx] != nil || n.flushing[idx] != nil {
 		return true, nil
 	}
-	_, ok, err := e.visiblePointer(n.ino, idx)
+	_, ok, err := e.visibleExtent(n.ino, idx)
 	return ok, err
 }
 
@@ -41,11 +41,11 @@ func (e *Engine) nextDataLocked(n *inode, idx uint64) (uint64, bool, error) {
 			return errStopScan
 		}
 		if masked {
-			p, err := segment.UnmarshalPointer(v)
+			x, err := segment.UnmarshalExtent(v)
 			if err != nil {
 				return err
 			}
-			if e.ranges.dead(n.ino, i, p) {
+			if e.ranges.dead(n.ino, i, x.NewestGen()) {
 				return nil // dropped by a truncate; the cleaner removes it
 			}
 		}

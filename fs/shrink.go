@@ -134,7 +134,7 @@ func (e *Engine) dropShrinks() {
 // believed. It returns how many bytes it placed (0: nothing to add; the
 // read ends where it ended).
 func (e *Engine) ReadPastShrink(ctx context.Context, ino uint64, p []byte, off int64) int {
-	if !e.opts.ReadOnly || e.opts.PinManifest != 0 || off < 0 || len(p) == 0 {
+	if !e.ro.Load() || e.opts.PinManifest != 0 || off < 0 || len(p) == 0 {
 		return 0
 	}
 	e.follow.view.RLock()
@@ -194,17 +194,17 @@ func (e *Engine) readSnapshot(ctx context.Context, snap *lsm.Snapshot, ino uint6
 	first := uint64(off / es)
 	last := uint64((off + int64(len(p)) - 1) / es)
 	lo, hi := schema.ExtentRange(ino, first, last+1)
-	ptrs := map[uint64]segment.Pointer{}
+	ptrs := map[uint64]segment.Extent{}
 	err = snap.Scan(lo, hi, func(k, v []byte) error {
 		_, idx, err := schema.ParseExtentKey(k)
 		if err != nil {
 			return fmt.Errorf("fs: extent key %x: %w", k, err)
 		}
-		ptr, err := segment.UnmarshalPointer(v)
+		x, err := segment.UnmarshalExtent(v)
 		if err != nil {
 			return fmt.Errorf("fs: extent %d/%d: %w", ino, idx, err)
 		}
-		ptrs[idx] = ptr
+		ptrs[idx] = x
 		return nil
 	})
 	if err != nil {
@@ -213,8 +213,8 @@ func (e *Engine) readSnapshot(ctx context.Context, snap *lsm.Snapshot, ino uint6
 	done := 0
 	for idx := first; idx <= last; idx++ {
 		var data []byte
-		if ptr, ok := ptrs[idx]; ok {
-			if data, err = readFrame(ctx, e.rd, segment.FrameID{Ino: ino, Extent: idx, Gen: ptr.Gen}, ptr); err != nil {
+		if x, ok := ptrs[idx]; ok {
+			if data, err = e.readExtent(ctx, ino, idx, x); err != nil {
 				return done, err
 			}
 		}

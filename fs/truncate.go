@@ -142,9 +142,12 @@ func (e *Engine) Punch(ctx context.Context, ino uint64, off, length int64) error
 type edgeState struct {
 	idx    uint64
 	inMem  bool // dirty or being flushed: zeroed in memory
-	ptr    segment.Pointer
+	ptr    segment.Extent
 	hasPtr bool
 	data   []byte // the committed bytes, read without any lock held
+	// zero: the committed value takes a patch of zeroes without a frame
+	// (zeroPatchFits), so its bytes are not read.
+	zero bool
 }
 
 // zeroRange zeroes [off, off+length) of n (toEnd: from off to the end of
@@ -176,17 +179,25 @@ func (e *Engine) zeroRange(ctx context.Context, n *inode, off, length int64, toE
 			return nil // nothing below the end of the file
 		}
 		edges, es, err := e.lookEdges(n, off, end, toEnd)
+		if errors.Is(err, errPatchInMem) {
+			// An edge's buffer holds part of its extent: commit it, then
+			// look again (patch.go).
+			if err := e.Seal(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		for i := range edges {
 			x := &edges[i]
-			if x.hasPtr {
+			if x.hasPtr && !x.zero {
 				// Waits out outages: a truncate or punch never fails
 				// because the store is away for a while.
-				err = e.storeRead(ctx, "read "+segment.Key(x.ptr.Segment), func() error {
+				err = e.storeRead(ctx, "read extent", func() error {
 					var err error
-					x.data, err = readFrame(ctx, e.rd, segment.FrameID{Ino: n.ino, Extent: x.idx, Gen: x.ptr.Gen}, x.ptr)
+					x.data, err = e.readExtent(ctx, n.ino, x.idx, x.ptr)
 					return err
 				})
 				if err != nil {
@@ -207,16 +218,31 @@ func (e *Engine) lookEdges(n *inode, off, end int64, toEnd bool) ([]edgeState, u
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	var out []edgeState
-	for _, idx := range partialEdges(off, end, int64(n.es()), toEnd) {
+	es := int64(n.es())
+	for _, idx := range partialEdges(off, end, es, toEnd) {
 		x := edgeState{idx: idx}
+		if n.patchInMem(idx) {
+			return nil, 0, errPatchInMem
+		}
 		if n.dirty[idx] != nil || n.flushing[idx] != nil {
 			x.inMem = true
 		} else {
-			p, ok, err := e.visiblePointer(n.ino, idx)
+			p, ok, err := e.visibleExtent(n.ino, idx)
 			if err != nil {
 				return nil, 0, err
 			}
 			x.ptr, x.hasPtr = p, ok
+			// A patch of zeroes below the end of the file (a punch's
+			// range ends there), or from a shrinking truncate's new
+			// end to the end of its edge extent (in the transaction
+			// that sets the size, so no byte past it survives).
+			start, size := int64(idx)*es, int64(n.attr.Size)
+			hi := min(end, start+es)
+			if toEnd {
+				hi = start + es
+			}
+			x.zero = ok && start < size && (!toEnd || off < size) &&
+				e.zeroPatchFits(p, max(off, start)-start, hi-start)
 		}
 		out = append(out, x)
 	}
@@ -238,21 +264,24 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, ues uint64, ran
 	}
 	for _, x := range edges {
 		inMem := n.dirty[x.idx] != nil || n.flushing[x.idx] != nil
-		if inMem != x.inMem {
+		if inMem != x.inMem || n.patchInMem(x.idx) {
 			return false, nil
 		}
 		if !inMem {
-			p, ok, err := e.visiblePointer(n.ino, x.idx)
+			p, ok, err := e.visibleExtent(n.ino, x.idx)
 			if err != nil {
 				return true, err
 			}
-			if ok != x.hasPtr || p != x.ptr {
+			if ok != x.hasPtr || !p.Equal(x.ptr) {
 				return false, nil
 			}
 		}
 	}
-	// Partly covered extents: zeroed in memory.
+	b := e.db.NewBatch()
+	defer b.Close()
+	// Partly covered extents: zeroed in memory, or by a patch.
 	var added int64
+	var zeroed []func()
 	es := int64(ues)
 	for _, x := range edges {
 		start := int64(x.idx) * es
@@ -261,6 +290,10 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, ues uint64, ran
 			hi = es
 		}
 		buf := n.dirty[x.idx]
+		if buf == nil && x.zero {
+			zeroed = append(zeroed, e.stageZeroPatch(b, n, x.idx, x.ptr, lo, hi))
+			continue
+		}
 		if buf == nil {
 			base := x.data
 			if x.inMem {
@@ -272,6 +305,7 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, ues uint64, ran
 			buf = getExtentBuf(ues)
 			clear(buf[copy(buf, base):])
 			n.dirty[x.idx] = buf
+			n.setSpan(x.idx, span{})
 			added += es
 		}
 		clear(buf[lo:hi])
@@ -286,6 +320,7 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, ues uint64, ran
 		if idx >= firstFull && (toEnd || idx < endFull) {
 			putExtentBuf(n.dirty[idx])
 			delete(n.dirty, idx)
+			delete(n.spans, idx)
 			freed += es
 		}
 	}
@@ -297,8 +332,6 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, ues uint64, ran
 	if freed > 0 {
 		defer e.dirtyDone(freed)
 	}
-	b := e.db.NewBatch()
-	defer b.Close()
 	apply := func() {}
 	if toEnd || firstFull < endFull {
 		to := endFull
@@ -314,6 +347,9 @@ func (e *Engine) zeroApply(n *inode, off, end int64, toEnd bool, ues uint64, ran
 		return true, err
 	}
 	apply()
+	for _, f := range zeroed {
+		f()
+	}
 	return true, nil
 }
 

@@ -257,7 +257,7 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 			t.Fatal(err)
 		}
 		for idx := uint64(0); idx*extentSize < rec.Size; idx++ {
-			if _, ok, err := e.pointer(ino, idx); err != nil || !ok {
+			if _, ok, err := e.extentValue(ino, idx); err != nil || !ok {
 				t.Fatalf("%s: stored size %d covers extent %d, which no commit holds", what, rec.Size, idx)
 			}
 		}
@@ -326,7 +326,7 @@ func TestFlushNeverPersistsSizeAboveUnflushedData(t *testing.T) {
 
 // hasPointer reports whether any extent of ino has a committed pointer.
 func hasPointer(e *Engine, ino uint64) bool {
-	_, ok, _ := e.pointer(ino, 0)
+	_, ok, _ := e.extentValue(ino, 0)
 	return ok
 }
 

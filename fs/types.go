@@ -131,7 +131,7 @@ var (
 	ErrNoData       = errors.New("no data past offset")
 	ErrPermission   = errors.New("operation not permitted")
 	ErrNoSpace      = errors.New("no space left on device") // [filesystem] max_size reached
-	ErrStale        = errors.New("stale file handle")       // a replica's open file was deleted by the writer
+	ErrStale        = errors.New("stale file handle")       // an open file deleted by the writer (on a replica) or by a restore
 	ErrFenced       = errors.New("this writer was fenced by a newer writer")
 	ErrClosed       = errors.New("filesystem is closed")
 )

@@ -92,11 +92,11 @@ func (e *Engine) write(ctx context.Context, ino uint64, p []byte, off int64, wit
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := e.reserveSpace(int64(len(p))); err != nil {
+	if err := e.reserveSpace(e.writeSpace(ino, off, len(p))); err != nil {
 		if !errors.Is(err, ErrNoSpace) || !e.cleanForSpace(ctx) {
 			return 0, err
 		}
-		if err := e.reserveSpace(int64(len(p))); err != nil {
+		if err := e.reserveSpace(e.writeSpace(ino, off, len(p))); err != nil {
 			return 0, err
 		}
 	}
@@ -165,54 +165,62 @@ func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, w
 	}
 	end := off + int64(len(p))
 	es := int64(n.es())
+	// fail ends the attempt at pos with err; with missing, a cache-only
+	// attempt that needs extent idx from the store says so. The bytes
+	// already copied are written: the size and times must say so.
+	fail := func(pos int64, idx uint64, err error) (int, error) {
+		if missing != nil && missed(ctx, err) {
+			*miss, *missing = idx, true
+		}
+		if pos > off {
+			e.wrote(n, pos)
+		}
+		return int(pos - off), err
+	}
 	for pos := off; pos < end; {
 		idx := uint64(pos / es)
 		start := int64(idx) * es
 		lo, hi := pos-start, min(end-start, es)
+		partial := lo > 0 || hi < es
 		buf := n.dirty[idx]
+		if s := n.spans[idx]; buf != nil && partial && s.patch() && !s.joins(lo, hi) {
+			// A second range of a patch, apart from the first: the
+			// bytes between come from the committed extent.
+			if err := e.fillGap(ctx, n, idx, buf, s, lo, hi); err != nil {
+				return fail(pos, idx, err)
+			}
+		}
 		if buf == nil {
 			if len(n.res) > 0 {
 				n.res = unreserve(n.res, idx, idx+1) // the data takes its place
 			}
 			buf = getExtentBuf(uint64(es))
-			if lo > 0 || hi < es { // the rest of the extent keeps its bytes
-				var base []byte
-				var old segment.Pointer
-				if start < int64(n.attr.Size) {
-					var err error
-					if base, old, err = e.baseLocked(ctx, n, idx); err != nil {
-						putExtentBuf(buf)
-						if missing != nil && missed(ctx, err) {
-							*miss, *missing = idx, true
-						}
-						// The bytes already copied are written: the
-						// size and times must say so.
-						if pos > off {
-							e.wrote(n, pos)
-						}
-						return int(pos - off), err
-					}
+			patch := false
+			if partial {
+				var err error
+				if patch, err = e.patchable(n, idx, start, es, lo, hi); err != nil {
+					putExtentBuf(buf)
+					return fail(pos, idx, err)
 				}
-				clear(buf[copy(buf, base):])
-				if old.Length > 0 {
-					// This write supersedes the committed frame: its
-					// plaintext would only take the memory cache's room
-					// from frames still to be read (a random overwrite
-					// of a file the size of the cache found an eighth of
-					// its extents there, not all of them).
-					e.rd.Drop(old)
+			}
+			switch {
+			case patch:
+				n.startPatch(idx, buf, lo, hi) // no read: the rest stays committed
+			case partial: // the rest of the extent keeps its bytes
+				if err := e.fillWhole(ctx, n, idx, start, buf); err != nil {
+					putExtentBuf(buf)
+					return fail(pos, idx, err)
 				}
-				if len(base) > 0 {
-					if n.rmw == nil {
-						n.rmw = map[uint64]bool{}
-					}
-					n.rmw[idx] = true
-				}
+			default:
+				n.setSpan(idx, span{})
 			}
 			n.dirty[idx] = buf
 			e.dirtyBytes.Add(es)
 		}
 		copy(buf[lo:hi], p[pos-off:])
+		if s := n.spans[idx]; s.patch() {
+			n.setSpan(idx, s.widen(lo, hi, es))
+		}
 		pos = start + hi
 	}
 	e.wrote(n, end)
@@ -220,6 +228,36 @@ func (e *Engine) writeOnce(ctx context.Context, n *inode, p []byte, off int64, w
 		e.kick()
 	}
 	return len(p), nil
+}
+
+// fillWhole fills buf, the new dirty buffer of extent idx (at byte start
+// of the file), with the extent's current bytes, for a write into part of
+// it that rewrites it whole. Caller holds n.mu for writing.
+func (e *Engine) fillWhole(ctx context.Context, n *inode, idx uint64, start int64, buf []byte) error {
+	n.setSpan(idx, span{})
+	var base []byte
+	var old segment.Extent
+	if start < int64(n.attr.Size) {
+		var err error
+		if base, old, err = e.baseLocked(ctx, n, idx); err != nil {
+			return err
+		}
+	}
+	clear(buf[copy(buf, base):])
+	// This write supersedes the committed frames: their plaintext would
+	// only take the memory cache's room from frames still to be read (a
+	// random overwrite of a file the size of the cache found an eighth
+	// of its extents there, not all of them).
+	for f := range old.Frames() {
+		e.rd.Drop(f)
+	}
+	if len(base) > 0 {
+		if n.rmw == nil {
+			n.rmw = map[uint64]bool{}
+		}
+		n.rmw[idx] = true
+	}
+	return nil
 }
 
 // wrote records a write that ended at end: the size grows to cover it and
@@ -231,4 +269,5 @@ func (e *Engine) wrote(n *inode, end int64) {
 	n.attr.Mtime = e.now()
 	n.attr.Ctime = n.attr.Mtime
 	n.attrDirty = true
+	e.lastWrite.Store(n.attr.Mtime) // foldIdle waits for a pause
 }

@@ -22,12 +22,12 @@ func (db *DB) retry(ctx context.Context, what string, op func() error, isPermane
 // backoff until ctx ends; after an error the batches stay queued. A fenced
 // writer gets ErrFenced and never acknowledges.
 func (db *DB) Barrier(ctx context.Context) error {
-	if db.readOnly {
+	if db.ro.Load() {
 		return ErrReadOnly
 	}
 	db.barrierMu.Lock()
 	defer db.barrierMu.Unlock()
-	return db.barrierLocked(ctx)
+	return db.barrierLocked(objstore.WithPurpose(ctx, objstore.PurposeBarrier))
 }
 
 func (db *DB) barrierLocked(ctx context.Context) error {
@@ -60,7 +60,7 @@ func (db *DB) barrierLocked(ctx context.Context) error {
 			manifest := db.mu.latestManifest
 			q := db.mu.queue[:j.batches:j.batches]
 			db.mu.Unlock()
-			j.sealed = sealJournal(db.opts.Keys, Journal{Seq: j.seq, Epoch: db.epoch, Manifest: manifest, Batches: q})
+			j.sealed = sealJournal(db.opts.Keys, Journal{Seq: j.seq, Epoch: db.epoch.Load(), Manifest: manifest, Batches: q})
 			db.mu.Lock()
 			db.mu.unheard = j
 		}
@@ -103,6 +103,7 @@ func (db *DB) journaled(j *unheardJournal) {
 	if due && db.publisher != nil {
 		db.publisher.Notify()
 	}
+	db.lookForStandbys()
 }
 
 // putJournal creates journal object seq with put-if-absent. Losing the

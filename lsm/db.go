@@ -30,9 +30,13 @@ type DB struct {
 	opts      Options
 	pdb       *pebble.DB
 	pebbleDir string
-	readOnly  bool
-	pinned    bool // OpenAt: a fixed manifest, never refreshed
-	epoch     uint64
+	// ro is set for a replica; a standby's promotion (ha.go) clears it
+	// once the DB is a writer.
+	ro     atomic.Bool
+	pinned bool // OpenAt: a fixed manifest, never refreshed
+	// epoch is the writer epoch from the lease (0 on a replica until a
+	// promotion, ha.go).
+	epoch atomic.Uint64
 
 	// commitMu orders Commit (apply + enqueue); Publish holds it across the
 	// final barrier, flush and checkpoint (the publication barrier).
@@ -57,6 +61,15 @@ type DB struct {
 	leaseMu   sync.Mutex
 	lease     Lease
 	leaseETag string
+	// standbys are the standbys this writer heartbeats for (ha.go);
+	// leaseWritten and leaseLooked are the Clock.Mono of its last write
+	// and last write or read of the lease (all under leaseMu); beats
+	// counts its heartbeats.
+	standbys     map[string]standbySeen
+	leaseWritten time.Duration
+	leaseLooked  time.Duration
+	beats        atomic.Uint64
+	handover     atomic.Pointer[string] // a standby's request (HandoverRequested)
 
 	mu struct {
 		sync.Mutex
@@ -97,7 +110,7 @@ type DB struct {
 }
 
 // Epoch is the writer epoch taken from the lease (0 for a read-only DB).
-func (db *DB) Epoch() uint64 { return db.epoch }
+func (db *DB) Epoch() uint64 { return db.epoch.Load() }
 
 // LatestManifest is the sequence of the newest manifest this DB knows of
 // (recovered from or published), 0 if none.
@@ -126,7 +139,7 @@ func (db *DB) fence(reason string) {
 	defer db.mu.Unlock()
 	if db.mu.fenced == nil {
 		db.mu.fenced = fmt.Errorf("%w: %s", ErrFenced, reason)
-		db.opts.Logger.Error("lsm: writer fenced; refusing all further writes", "reason", reason, "epoch", db.epoch)
+		db.opts.Logger.Error("lsm: writer fenced; refusing all further writes", "reason", reason, "epoch", db.epoch.Load())
 	}
 }
 
@@ -379,7 +392,7 @@ func (db *DB) Commit(b *Batch) error {
 		return errBatchDone
 	}
 	defer b.Close()
-	if db.readOnly {
+	if db.ro.Load() {
 		return ErrReadOnly
 	}
 	if b.db != db {
@@ -445,13 +458,14 @@ func (db *DB) close() error {
 		return err
 	}
 	db.waitLoops()
+	db.publishAtClose()
 
 	db.commitMu.Lock()
 	db.closeMu.Lock()
 	db.closed = true
 	db.mu.Lock()
 	clean := db.mu.fenced == nil && len(db.mu.queue) == 0 && !db.pinned
-	m := marker{Format: 1, UUID: fmt.Sprintf("%x", db.opts.Keys.UUID), Applied: db.mu.appliedSeq, Epoch: db.epoch, Shipped: copyMap(db.mu.shipped)}
+	m := marker{Format: 1, UUID: fmt.Sprintf("%x", db.opts.Keys.UUID), Applied: db.mu.appliedSeq, Epoch: db.epoch.Load(), Shipped: copyMap(db.mu.shipped)}
 	pending := len(db.mu.queue)
 	db.mu.Unlock()
 	db.releaseSnapshots(db.pdb)
@@ -469,7 +483,7 @@ func (db *DB) close() error {
 			db.opts.Logger.Warn("lsm: cannot write clean-shutdown marker; next open recovers from the store", "err", werr)
 		}
 	}
-	if !db.readOnly && !db.isFenced() {
+	if !db.ro.Load() && !db.isFenced() {
 		if lerr := db.renewLease(true); lerr != nil {
 			db.opts.Logger.Warn("lsm: cannot release writer.lease; the next writer waits for its expiry", "err", lerr)
 		}

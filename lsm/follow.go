@@ -49,12 +49,12 @@ func (db *DB) FollowNext(ctx context.Context) (keys [][]byte, ok bool, err error
 // caller can make the application and its own refresh of what those keys
 // mean one step for its readers. nil: apply directly.
 func (db *DB) FollowNextWith(ctx context.Context, around func(keys [][]byte, apply func() error) error) (keys [][]byte, ok bool, err error) {
-	if !db.readOnly || db.pinned {
+	if !db.ro.Load() || db.pinned {
 		return nil, false, errors.New("lsm: FollowNext is for read-only followers")
 	}
 	seq := db.AppliedSeq() + 1
 	key := journalKey(seq)
-	sealed, err := db.opts.Store.Get(ctx, key)
+	sealed, err := db.opts.Store.Get(objstore.WithPurpose(ctx, objstore.PurposeReplicaPoll), key)
 	if objstore.IsNotFound(err) {
 		return nil, false, nil
 	}
@@ -106,7 +106,7 @@ func batchReader(repr []byte) (batchrepr.Reader, error) {
 // view of the metadata is then stale. Otherwise the caller goes on with
 // FollowNext.
 func (db *DB) CatchUp(ctx context.Context) (jumped bool, err error) {
-	if !db.readOnly || db.pinned {
+	if !db.ro.Load() || db.pinned {
 		return false, errors.New("lsm: CatchUp is for read-only followers")
 	}
 	manifests, err := listSeqs(ctx, db.opts.Store, manifestPrefix)
@@ -131,7 +131,8 @@ func (db *DB) CatchUp(ctx context.Context) (jumped bool, err error) {
 // swaps it in: readers see the old state until the swap and the new one
 // after, never a mix.
 func (db *DB) rebuild(ctx context.Context) error {
-	fresh := &DB{opts: db.opts, readOnly: true, pebbleDir: filepath.Join(db.opts.Dir, fmt.Sprintf("pebble-%d", time.Now().UnixNano()))}
+	fresh := &DB{opts: db.opts, pebbleDir: filepath.Join(db.opts.Dir, fmt.Sprintf("pebble-%d", time.Now().UnixNano()))}
+	fresh.ro.Store(true)
 	fresh.mu.shipped = map[string]string{}
 	fresh.mu.nextSeq = 1
 	if err := os.RemoveAll(fresh.pebbleDir); err != nil {

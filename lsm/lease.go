@@ -41,6 +41,14 @@ type Lease struct {
 	Instance string `json:"instance,omitempty"`
 	// Released is set by a clean Close: the next writer may take over at once.
 	Released bool `json:"released,omitempty"`
+	// Standbys are the standby writers attached (ha.go): while one is
+	// listed and renews its entry, the holder heartbeats often enough for
+	// its takeover_after.
+	Standbys []StandbyEntry `json:"standbys,omitempty"`
+	// HandoverTo names the standby (its StandbyEntry ID) that asked for
+	// a planned switch-over (`ebbfs promote`); the writer answers by
+	// making everything durable and releasing the lease with it set.
+	HandoverTo string `json:"handover_to,omitempty"`
 }
 
 var processInstance = func() string {
@@ -131,6 +139,7 @@ func (db *DB) acquireLease(ctx context.Context) (Lease, string, error) {
 		}
 		mine.Epoch = cur.Epoch + 1
 		mine.Heartbeat = o.Clock.Now().UTC()
+		mine.Standbys = withoutStandby(cur.Standbys, o.StandbyID)
 		etag, err := o.Store.Put(ctx, leaseKey, mine.marshal(), objstore.PutOptions{IfMatch: info.ETag})
 		if objstore.IsPreconditionFailed(err) {
 			continue
@@ -144,11 +153,15 @@ func (db *DB) acquireLease(ctx context.Context) (Lease, string, error) {
 	return Lease{}, "", fmt.Errorf("lsm: %w: %s keeps changing under us; another writer is starting", ErrLeaseHeld, leaseKey)
 }
 
-// heartbeatLoop renews the lease every LeaseTTL/3 until Close. Losing the
-// IfMatch race fences the writer.
+// heartbeatLoop renews the lease every LeaseTTL/3, or at the standbys'
+// pace while any is attached (ha.go), until Close. Losing the IfMatch race
+// fences the writer.
 func (db *DB) heartbeatLoop(w *worker.Worker) {
 	o := &db.opts
-	for db.loopWait(w, o.LeaseTTL/3) {
+	for db.loopWait(w, db.heartbeatWait()) {
+		if !db.heartbeatDue() {
+			continue
+		}
 		if err := db.renewLease(false); err != nil {
 			if errors.Is(err, ErrFenced) {
 				return
@@ -169,39 +182,91 @@ func (db *DB) renewLease(release bool) error {
 	l := db.lease
 	l.Heartbeat = o.Clock.Now().UTC()
 	l.Released = release
-	ctx, cancel := context.WithTimeout(context.Background(), o.LeaseTTL/3)
+	ctx, cancel := context.WithTimeout(objstore.WithPurpose(context.Background(), objstore.PurposeHeartbeat), o.LeaseTTL/3)
 	defer cancel()
+	l.Standbys = db.liveStandbys()
+	db.leaseLooked = o.Clock.Mono()
 	etag, err := o.Store.Put(ctx, leaseKey, l.marshal(), objstore.PutOptions{IfMatch: db.leaseETag})
 	if objstore.IsPreconditionFailed(err) {
-		// An earlier renewal may have succeeded without us hearing back:
-		// if the record is still ours, adopt its ETag.
-		if etag, ok := db.leaseStillOurs(ctx); ok {
-			db.leaseETag = etag
-			return fmt.Errorf("lsm: lease ETag resynchronised after an ambiguous renewal")
+		// An earlier renewal may have succeeded without us hearing back,
+		// or a standby announced itself (ha.go): if the record is still
+		// ours, adopt its ETag and its standbys, and write once more.
+		etag, cur, ok := db.leaseStillOurs(ctx)
+		if !ok || cur.Released && !release {
+			// Another process took the lease, or released it for us (only
+			// the holder's Close does; anyone else who did means the
+			// next writer may start at once): this writer's tenure is over.
+			db.fence(fmt.Sprintf("%s changed under us (heartbeat lost)", leaseKey))
+			return ErrFenced
 		}
-		db.fence(fmt.Sprintf("%s changed under us (heartbeat lost)", leaseKey))
-		return ErrFenced
+		db.leaseETag = etag
+		db.noteStandbys(cur.Standbys)
+		l.Standbys = db.liveStandbys()
+		if cur.HandoverTo != "" && !release {
+			l.HandoverTo = cur.HandoverTo
+			db.handover.Store(&cur.HandoverTo)
+		}
+		etag, err = o.Store.Put(ctx, leaseKey, l.marshal(), objstore.PutOptions{IfMatch: db.leaseETag})
+		if objstore.IsPreconditionFailed(err) {
+			return fmt.Errorf("lsm: lease ETag resynchronised after an ambiguous renewal or a standby's announcement")
+		}
 	}
 	if err != nil {
 		return err
 	}
 	db.lease, db.leaseETag = l, etag
+	db.leaseWritten = o.Clock.Mono()
+	db.beats.Add(1)
 	return nil
 }
 
-func (db *DB) leaseStillOurs(ctx context.Context) (string, bool) {
+func (db *DB) leaseStillOurs(ctx context.Context) (string, Lease, bool) {
 	s := db.opts.Store
 	info, err := s.Head(ctx, leaseKey)
 	if err != nil {
-		return "", false
+		return "", Lease{}, false
 	}
 	b, err := s.Get(ctx, leaseKey)
 	if err != nil {
-		return "", false
+		return "", Lease{}, false
 	}
 	cur, err := ParseLease(b)
 	if err != nil || cur.Epoch != db.lease.Epoch || cur.Host != db.lease.Host || cur.PID != db.lease.PID || cur.Holder != db.lease.Holder {
-		return "", false
+		return "", Lease{}, false
 	}
-	return info.ETag, true
+	return info.ETag, cur, true
+}
+
+// LeaseKey is the object key of the writer's lease record.
+const LeaseKey = leaseKey
+
+// ReadLease reads the lease record from st; found is false when there is
+// none (a filesystem no writer has opened yet, or only readers).
+func ReadLease(ctx context.Context, st objstore.Store) (l Lease, found bool, err error) {
+	b, err := st.Get(ctx, leaseKey)
+	if objstore.IsNotFound(err) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("lsm: read %s: %w", leaseKey, err)
+	}
+	l, err = ParseLease(b)
+	return l, err == nil, err
+}
+
+// HolderAlive reports whether the process that holds l still runs, as far
+// as this host can tell: known is false when l was taken on another host.
+func (l Lease) HolderAlive(host string) (alive, known bool) {
+	if l.Host == "" || l.Host != host {
+		return false, false
+	}
+	return pidAlive(l.PID), true
+}
+
+// LeaseHeld is this writer's lease as last written (ok false on a
+// read-only DB) and the lease's time to live.
+func (db *DB) LeaseHeld() (l Lease, ttl time.Duration, ok bool) {
+	db.leaseMu.Lock()
+	defer db.leaseMu.Unlock()
+	return db.lease, db.opts.LeaseTTL, db.lease.Epoch != 0
 }

@@ -45,9 +45,9 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 	db := &DB{
 		opts:      o,
 		pebbleDir: filepath.Join(o.Dir, "pebble"),
-		readOnly:  o.ReadOnly,
 		pinned:    pinned,
 	}
+	db.ro.Store(o.ReadOnly)
 	db.bgCtx, db.bgCancel = context.WithCancel(context.Background())
 	db.mu.shipped = map[string]string{}
 	db.mu.nextSeq = 1
@@ -62,7 +62,10 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 		if err != nil {
 			return nil, err
 		}
-		db.lease, db.leaseETag, db.epoch = l, etag, l.Epoch
+		db.lease, db.leaseETag = l, etag
+		db.noteStandbys(l.Standbys)
+		db.leaseLooked, db.leaseWritten = o.Clock.Mono(), o.Clock.Mono()
+		db.epoch.Store(l.Epoch)
 		// Heartbeat from the start: recovery may outlast the TTL.
 		db.heartbeat = worker.Start("lsm-heartbeat", o.Clock, db.heartbeatLoop)
 	}
@@ -75,10 +78,12 @@ func open(ctx context.Context, o Options, pinSeq uint64, pinned bool) (*DB, erro
 			db.abort()
 			return nil, err
 		}
+		db.inheritUncovered()
 		db.publisher = worker.Start("lsm-publish", o.Clock, db.publishLoop)
+		db.publisher.Notify() // publishes at once if the inherited journals make it due
 		db.watchReserve()
 	}
-	o.Logger.Info("lsm: open", "epoch", db.epoch, "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest(), "read_only", o.ReadOnly)
+	o.Logger.Info("lsm: open", "epoch", db.epoch.Load(), "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest(), "read_only", o.ReadOnly)
 	return db, nil
 }
 
@@ -93,7 +98,7 @@ func (db *DB) abort() {
 	}
 	db.closed = true
 	db.closeMu.Unlock()
-	if !db.readOnly && !db.isFenced() {
+	if !db.ro.Load() && !db.isFenced() {
 		_ = db.renewLease(true)
 	}
 }
@@ -414,7 +419,7 @@ func (db *DB) applyJournal(j Journal) error {
 	if err != nil {
 		return err
 	}
-	if db.readOnly && !db.pinned && j.Manifest < j.Seq {
+	if db.ro.Load() && !db.pinned && j.Manifest < j.Seq {
 		// A follower's state is now past that manifest: its reader
 		// checkpoint may pin it instead of an older one.
 		db.mu.Lock()
@@ -432,7 +437,7 @@ func (db *DB) startEpoch(ctx context.Context) error {
 	for range 10000 {
 		seq := db.mu.nextSeq
 		key := journalKey(seq)
-		sealed := sealJournal(db.opts.Keys, Journal{Seq: seq, Epoch: db.epoch})
+		sealed := sealJournal(db.opts.Keys, Journal{Seq: seq, Epoch: db.epoch.Load()})
 		var lost bool
 		err := db.retry(ctx, "put "+key, func() error {
 			_, err := db.opts.Store.Put(ctx, key, sealed, objstore.PutOptions{IfAbsent: true})

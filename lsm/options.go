@@ -55,6 +55,10 @@ type Options struct {
 	// is fenced at its next journal write or heartbeat and acknowledges
 	// nothing after that.
 	TakeOver bool
+	// StandbyID is this process's entry in the lease's standbys when it
+	// runs as a standby (ha.go); a writer drops it from the list it
+	// inherits.
+	StandbyID string
 
 	// A manifest is published automatically after ManifestEvery journal
 	// objects (default 64), ManifestBytes journal bytes (default 64 MiB),

@@ -60,6 +60,54 @@ func (db *DB) publishLoop(w *worker.Worker) {
 	}
 }
 
+// closePublishTimeout bounds the publication a clean Close runs.
+const closePublishTimeout = 30 * time.Second
+
+// inheritUncovered counts the journals no manifest covers yet, this
+// writer's epoch-start object and those of earlier writers, as written
+// since the last publication: the publication rules (ManifestEvery,
+// ManifestInterval) then hold across writers, so a writer that inherits
+// journals publishes within ManifestInterval even if it writes nothing.
+func (db *DB) inheritUncovered() {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.mu.appliedSeq > db.mu.latestManifest {
+		db.mu.journalsSince = int(min(db.mu.appliedSeq-db.mu.latestManifest, 1<<30))
+	}
+}
+
+// publishAtClose publishes a manifest at a clean Close when journals are
+// not covered by the newest one (this writer's or inherited), so that
+// writers that never live ManifestInterval still leave the store with a
+// manifest covering everything: the next writer (on any machine)
+// replays nothing, and the journals become deletable. The cost is a
+// Pebble flush, the PUT of the tables it made (usually one), the
+// manifest's PUT, and the LIST (and DELETE) of the covered journals that
+// are old enough (Publish). A failure is logged: the journals stay and
+// the next writer publishes them. Not with DisableAutoPublish (the
+// caller publishes), nor for a fenced, failed or read-only DB, nor after
+// a failed final barrier.
+func (db *DB) publishAtClose() {
+	if db.ro.Load() || db.opts.DisableAutoPublish || db.isFenced() || db.Failed() != nil {
+		return
+	}
+	db.mu.Lock()
+	// Batches still outside any journal mean the final barrier failed
+	// (the store is unreachable): a publication would only wait on it.
+	due := db.mu.appliedSeq > db.mu.latestManifest && len(db.mu.queue) == 0 && db.mu.unheard == nil
+	db.mu.Unlock()
+	if !due {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), closePublishTimeout)
+	defer cancel()
+	if seq, err := db.Publish(ctx); err != nil {
+		db.opts.Logger.Warn("lsm: manifest publication at close failed; the next writer publishes", "err", err)
+	} else {
+		db.opts.Logger.Info("lsm: manifest published at close", "seq", seq)
+	}
+}
+
 func sstObjectName(epoch uint64, local string) string {
 	return fmt.Sprintf("%s%016x-%s", sstPrefix, epoch, local)
 }
@@ -74,11 +122,12 @@ func isTableFile(name string) bool {
 // the deletion of journal objects the manifest covers. It returns the
 // manifest's sequence, which equals the journal sequence it covers.
 func (db *DB) Publish(ctx context.Context) (uint64, error) {
-	if db.readOnly {
+	if db.ro.Load() {
 		return 0, ErrReadOnly
 	}
 	db.publishMu.Lock()
 	defer db.publishMu.Unlock()
+	ctx = objstore.WithPurpose(ctx, objstore.PurposeMetadata)
 	// Drain outside the lock so that only a short tail is journaled while
 	// commits wait.
 	if err := db.Barrier(ctx); err != nil {
@@ -91,7 +140,7 @@ func (db *DB) Publish(ctx context.Context) (uint64, error) {
 	defer os.RemoveAll(ckpt)
 	failpoint.Hit("lsm.publish.checkpointed")
 
-	m := &Manifest{Format: 1, Seq: seq, Epoch: db.epoch, Created: db.opts.Clock.Now().UTC()}
+	m := &Manifest{Format: 1, Seq: seq, Epoch: db.epoch.Load(), Created: db.opts.Clock.Now().UTC()}
 	entries, err := os.ReadDir(ckpt)
 	if err != nil {
 		return 0, fmt.Errorf("lsm: publish: %w", err)
@@ -236,7 +285,7 @@ func (db *DB) shipTable(ctx context.Context, path, name, known string) (string, 
 	if err != nil {
 		return "", 0, fmt.Errorf("lsm: publish: %w", err)
 	}
-	obj := sstObjectName(db.epoch, name)
+	obj := sstObjectName(db.epoch.Load(), name)
 	sealed := sealSST(db.opts.Keys, obj, data, sstChunkSize)
 	err = db.retry(ctx, "put "+obj, func() error {
 		_, err := db.opts.Store.Put(ctx, obj, sealed, objstore.PutOptions{})
@@ -247,6 +296,19 @@ func (db *DB) shipTable(ctx context.Context, path, name, known string) (string, 
 	}
 	failpoint.Hit("lsm.publish.table-uploaded")
 	return obj, int64(len(data)), nil
+}
+
+// PruneJournals deletes the journal objects the newest manifest covers
+// that are older than JournalRetention, as a publication does; metadata
+// GC calls it, so that writers that never live to publish (short mounts)
+// do not leave their journals behind. A reader deletes nothing.
+func (db *DB) PruneJournals(ctx context.Context) {
+	if db.opts.ReadOnly {
+		return
+	}
+	if seq := db.LatestManifest(); seq > 0 {
+		db.deleteCoveredJournals(ctx, seq)
+	}
 }
 
 // deleteCoveredJournals removes journal objects at or below seq. Failures
@@ -260,7 +322,7 @@ func (db *DB) deleteCoveredJournals(ctx context.Context, seq uint64) {
 	// A covered journal is kept until Options.JournalRetention after it was
 	// written, so that a replica probing journal by journal never misses
 	// one (follow.go); a later publication deletes it.
-	now := db.opts.Clock.Mono()
+	now, wall := db.opts.Clock.Mono(), db.opts.Clock.Now()
 	var del []string
 	db.mu.Lock()
 	for _, o := range objs {
@@ -269,10 +331,15 @@ func (db *DB) deleteCoveredJournals(ctx context.Context, seq uint64) {
 			continue
 		}
 		at, mine := db.mu.journalAt[s]
+		// Written before this process: as old as it, or as old as the
+		// store's timestamp says if that is older (the journals of
+		// writers that lived a few seconds each would otherwise wait
+		// for one that lives past the retention).
+		old := !mine && !o.ModTime.IsZero() && wall.Sub(o.ModTime) >= db.opts.JournalRetention
 		if !mine {
-			at = db.openedAt // written before this process: as old as it, no older
+			at = db.openedAt
 		}
-		if now-at < db.opts.JournalRetention {
+		if now-at < db.opts.JournalRetention && !old {
 			continue
 		}
 		del = append(del, o.Key)

@@ -69,7 +69,7 @@ func (db *DB) reservePath() string { return filepath.Join(db.opts.Dir, reserveNa
 // initReserve creates the reserve at open (writers only), or marks it
 // released when there is no room for it.
 func (db *DB) initReserve() {
-	if db.readOnly {
+	if db.ro.Load() {
 		return
 	}
 	db.res.path = db.reservePath()
@@ -90,7 +90,7 @@ func (db *DB) initReserve() {
 // checkReserve looks at the free space and releases or re-creates the
 // reserve. It reports whether the reserve is released.
 func (db *DB) checkReserve() bool {
-	if db.readOnly || db.res.path == "" {
+	if db.ro.Load() || db.res.path == "" {
 		return false
 	}
 	db.res.mu.Lock()
@@ -212,7 +212,7 @@ func (db *DB) watchReserve() {
 // read-only DB), for others that watch the same filesystem to share. The
 // DB's own watcher stops when the DB closes.
 func (db *DB) Space() *diskspace.Watcher {
-	if db.opts.Space != nil || db.readOnly {
+	if db.opts.Space != nil || db.ro.Load() {
 		return db.opts.Space
 	}
 	return db.res.own

@@ -27,6 +27,10 @@ type Options struct {
 	MaxRequest int
 	// ReadOnly exports every export read-only.
 	ReadOnly bool
+	// Writable, if set, is asked at each connection's handshake: false
+	// exports read-only to that connection (a standby until its
+	// promotion).
+	Writable func() bool
 }
 
 // EnsureDefaults fills in defaults and clamps out-of-range values.
@@ -52,6 +56,10 @@ const (
 	transmitBuffer  = 64 << 10
 	// handshakeTimeout bounds the whole option negotiation.
 	handshakeTimeout = 30 * time.Second
+	// lingerTimeout and lingerBytes bound what a refused connection's
+	// close waits for and discards (lingerClose).
+	lingerTimeout = 2 * time.Second
+	lingerBytes   = 1 << 20
 	// writeTimeout bounds writing one reply to a client that does not read.
 	writeTimeout = 60 * time.Second
 )
@@ -239,7 +247,7 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		log:      s.log.With("remote", remote),
 		ctx:      ctx,
 		cancel:   cancel,
-		readOnly: s.o.ReadOnly,
+		readOnly: s.o.ReadOnly || (s.o.Writable != nil && !s.o.Writable()),
 	}
 }
 
@@ -277,6 +285,7 @@ func (c *conn) serve() {
 	ok, err := c.handshake()
 	if err != nil {
 		c.log.Info("nbd: handshake ended", "err", err)
+		c.lingerClose()
 	}
 	if !ok {
 		return
@@ -288,6 +297,27 @@ func (c *conn) serve() {
 	if err := c.transmit(); err != nil {
 		c.log.Info("nbd: connection ended", "export", c.name, "err", err)
 	}
+}
+
+// lingerClose ends a connection the server refuses so that the client
+// still reads the replies sent before: it sends FIN after them and
+// discards what the client goes on sending, for a bounded time and size.
+// Closing with unread input instead makes the kernel send a reset, which
+// can drop replies the client has not read yet.
+func (c *conn) lingerClose() {
+	if c.closing.Load() {
+		return
+	}
+	if tc, ok := c.nc.(*tls.Conn); ok && c.tls {
+		c.raw.SetWriteDeadline(time.Now().Add(time.Second))
+		tc.CloseWrite()
+	}
+	cw, ok := c.raw.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	c.setReadDeadline(time.Now().Add(lingerTimeout))
+	io.Copy(io.Discard, io.LimitReader(c.raw, lingerBytes))
 }
 
 // growBuffers gives the transmission phase a larger read buffer, keeping

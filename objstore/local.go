@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,9 +32,15 @@ import (
 // partial one; leftover temp files are removed by a later NewLocal once they
 // are an hour old.
 //
-// Every mutation of a key (Put, Delete) holds a lock stripe chosen by the
-// key's hash: an in-process mutex plus flock(2) on root/.locks/<stripe>, so
-// IfMatch is atomic across processes sharing the directory.
+// Every mutation of a key (Put, Delete) holds the key's lock: an open file
+// description lock (fcntl F_OFD_SETLK) on one byte of root/.locks/keys, at
+// an offset given by the key's 62-bit hash, so IfMatch is atomic across
+// processes sharing the directory (and goroutines of one process, which
+// lock through descriptors of their own). Keys do not share locks: a
+// process stopped (SIGSTOP) or hung while it holds one key's lock, say a
+// replica renewing its checkpoint record, delays only that key's
+// mutations, never a writer's segments or journals. A wait for a lock
+// ends with the request's context.
 //
 // The ETag names one version of an object. Put mints a random 128-bit token
 // for every write and keeps it in the "user.ebbfs.etag" extended attribute
@@ -53,7 +58,6 @@ type Local struct {
 	root    string
 	tmpDir  string
 	lockDir string
-	stripes [localLockStripes]sync.Mutex
 	// noXattr is set once the file system refuses user xattrs.
 	noXattr atomic.Bool
 	files   openFiles
@@ -64,7 +68,7 @@ var _ Store = (*Local)(nil)
 const (
 	localTmpDir      = ".tmp"
 	localLockDir     = ".locks"
-	localLockStripes = 64
+	localKeyLocks    = "keys" // the file in localLockDir whose bytes are the keys' locks
 	localETagXattr   = "user.ebbfs.etag"
 	localStaleTemp   = time.Hour
 	localListDefault = 1000
@@ -154,32 +158,39 @@ func (l *Local) path(key string) string {
 	return filepath.Join(l.root, filepath.FromSlash(key))
 }
 
-// lock takes the key's lock stripe, in this process and across processes.
-func (l *Local) lock(key string) (unlock func(), err error) {
-	h := fnv.New32a()
+// lock takes the key's lock, in this process and across processes,
+// waiting until ctx ends.
+func (l *Local) lock(ctx context.Context, key string) (unlock func(), err error) {
+	h := fnv.New64a()
 	_, _ = h.Write([]byte(key))
-	n := h.Sum32() % localLockStripes
-	l.stripes[n].Lock()
-	f, err := os.OpenFile(filepath.Join(l.lockDir, fmt.Sprintf("%02x", n)), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(l.lockDir, localKeyLocks), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		l.stripes[n].Unlock()
 		return nil, fmt.Errorf("objstore: open lock file: %w", err)
 	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: io.SeekStart, Start: int64(h.Sum64() >> 2), Len: 1}
+	wait := time.Millisecond
 	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
+		err = unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk)
+		if err == nil {
+			return func() { _ = f.Close() }, nil // closing releases the lock
 		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != unix.EAGAIN && err != unix.EACCES {
+			_ = f.Close()
+			return nil, fmt.Errorf("objstore: lock %s: %w", key, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			_ = f.Close()
+			return nil, fmt.Errorf("objstore: waiting for the lock of %s, held by another process or request: %w", key, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
 	}
-	if err != nil {
-		_ = f.Close()
-		l.stripes[n].Unlock()
-		return nil, fmt.Errorf("objstore: flock: %w", err)
-	}
-	return func() {
-		_ = f.Close() // releases the flock
-		l.stripes[n].Unlock()
-	}, nil
 }
 
 // Put implements Store.
@@ -204,7 +215,7 @@ func (l *Local) Put(ctx context.Context, key string, data []byte, opts PutOption
 		}
 	}()
 
-	unlock, err := l.lock(key)
+	unlock, err := l.lock(ctx, key)
 	if err != nil {
 		return "", fmt.Errorf("put %s: %w", key, err)
 	}
@@ -584,7 +595,7 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
-	dir, err := l.remove(key)
+	dir, err := l.remove(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -598,14 +609,14 @@ func (l *Local) Delete(ctx context.Context, key string) error {
 
 // remove unlinks key's file under its lock and returns the directory to
 // fsync ("" when nothing was removed).
-func (l *Local) remove(key string) (string, error) {
+func (l *Local) remove(ctx context.Context, key string) (string, error) {
 	if err := validLocalKey(key); err != nil {
 		if key == "" {
 			return "", fmt.Errorf("delete %s: %w", key, err)
 		}
 		return "", nil // cannot exist
 	}
-	unlock, err := l.lock(key)
+	unlock, err := l.lock(ctx, key)
 	if err != nil {
 		return "", fmt.Errorf("delete %s: %w", key, err)
 	}
@@ -640,7 +651,7 @@ func (l *Local) DeleteMany(ctx context.Context, keys []string) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("delete many: %w", err)
 		}
-		dir, err := l.remove(k)
+		dir, err := l.remove(ctx, k)
 		if err != nil {
 			return err
 		}

@@ -1,16 +1,19 @@
 package objstore_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +62,14 @@ func localHelper(mode, root string) int {
 			}
 		}
 		return 0
+	case "hold":
+		// Hold the lock of one key until killed.
+		if _, err := objstore.LockKeyForTests(ctx, l, "checkpoints/reader-x"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		fmt.Println("locked")
+		select {}
 	case "churn":
 		// Write self-checking objects until killed.
 		for i := 0; ; i++ {
@@ -184,5 +195,66 @@ func TestLocalKillDuringWrites(t *testing.T) {
 				t.Fatalf("round %d: Head(%s) = %+v, %v; listing said %+v", round, o.Key, h, err, o)
 			}
 		}
+	}
+}
+
+// A process stopped while it holds one key's lock (a replica paused in
+// the middle of renewing its checkpoint record) holds up no other key:
+// every other Put and Delete goes through, and one of the held key waits
+// only as long as its context.
+func TestLocalStoppedLockHolderBlocksOnlyItsKey(t *testing.T) {
+	root := t.TempDir()
+	l := newLocal(t, root)
+	cmd := helperCmd(t, "hold", root)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "locked\n" {
+		t.Fatalf("helper: %q, %v", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// A minute only catches a hang: each of these takes milliseconds.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < 200; i++ {
+		key := fmt.Sprintf("segments/%02x/%016x", i%16, i)
+		if _, err := l.Put(ctx, key, []byte("data"), objstore.PutOptions{}); err != nil {
+			t.Fatalf("put %s beside a stopped lock holder: %v", key, err)
+		}
+		if err := l.Delete(ctx, key); err != nil {
+			t.Fatalf("delete %s beside a stopped lock holder: %v", key, err)
+		}
+	}
+	for _, op := range []string{"put", "delete"} {
+		short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		var err error
+		if op == "put" {
+			_, err = l.Put(short, "checkpoints/reader-x", []byte("r"), objstore.PutOptions{})
+		} else {
+			err = l.Delete(short, "checkpoints/reader-x")
+		}
+		cancelShort()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s of the held key: %v, want the end of its context", op, err)
+		}
+	}
+	// Once the holder is gone, the key is free.
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if _, err := l.Put(ctx, "checkpoints/reader-x", []byte("r"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("put of the key its dead holder locked: %v", err)
 	}
 }

@@ -19,6 +19,13 @@ import (
 // the SDK's default chain (AWS_ACCESS_KEY_ID and friends, shared config,
 // instance role).
 func Open(ctx context.Context, rawURL, endpoint, region string) (Store, error) {
+	return OpenProfile(ctx, rawURL, endpoint, region, "")
+}
+
+// OpenProfile is Open with the credentials of a named shared AWS
+// configuration profile for an s3:// store (a mirror in another account
+// or at another provider); "" means the standard chain.
+func OpenProfile(ctx context.Context, rawURL, endpoint, region, profile string) (Store, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("objstore: bad store URL %q: %w", rawURL, err)
@@ -55,6 +62,7 @@ func Open(ctx context.Context, rawURL, endpoint, region string) (Store, error) {
 			Endpoint:  endpoint,
 			Region:    region,
 			PathStyle: endpoint != "",
+			Profile:   profile,
 		})
 	case "":
 		return nil, fmt.Errorf("objstore: bad store URL %q: no scheme; want file:///path or s3://bucket/prefix", rawURL)

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 )
 
 // S3 defaults.
@@ -74,6 +75,9 @@ type S3Config struct {
 	// instance role).
 	AccessKeyID     string
 	SecretAccessKey string
+	// Profile names a shared configuration profile whose credentials and
+	// settings are used ("" : AWS_PROFILE or the default).
+	Profile string
 }
 
 // S3 is a Store on an S3 bucket (aws-sdk-go-v2).
@@ -96,6 +100,8 @@ type S3 struct {
 	attempts int
 	backoff  *retry.ExponentialJitterBackoff
 	retryer  aws.Retryer
+	endpoint string // as configured ("" for AWS)
+	region   string // in use
 }
 
 var _ Store = (*S3)(nil)
@@ -144,9 +150,16 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	opts := []func(*config.LoadOptions) error{
 		config.WithRetryer(newRetryer),
 		config.WithHTTPClient(httpClient),
+		// The SDK's own log lines (the IMDSv1 fallback warning, checksum
+		// notes) never reach the user: errors come back and are explained
+		// (Probe).
+		config.WithLogger(logging.Nop{}),
 	}
 	if cfg.Region != "" {
 		opts = append(opts, config.WithRegion(cfg.Region))
+	}
+	if cfg.Profile != "" {
+		opts = append(opts, config.WithSharedConfigProfile(cfg.Profile))
 	}
 	if cfg.AccessKeyID != "" {
 		opts = append(opts, config.WithCredentialsProvider(
@@ -181,6 +194,8 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 		attempts: cfg.MaxAttempts,
 		backoff:  retry.NewExponentialJitterBackoff(cfg.MaxBackoff),
 		retryer:  newRetryer(),
+		endpoint: cfg.Endpoint,
+		region:   awsCfg.Region,
 	}, nil
 }
 

@@ -75,6 +75,7 @@ type env struct {
 	cps    *fakeCheckpoints
 	r      *Reclaimer
 	seed   int64
+	tune   func(*fs.Options) // a real engine's options, adjusted
 }
 
 // newEngineEnv is an env on a real engine.
@@ -85,7 +86,13 @@ func newFakeEnv(t testing.TB, mod ...func(*Options)) *env { return newEnvOn(t, t
 
 func newEnvOn(t testing.TB, fake bool, mod ...func(*Options)) *env {
 	t.Helper()
-	v := &env{t: t, ctx: context.Background(), mem: objstore.NewMem(), clk: clock.NewFake(t0), cps: &fakeCheckpoints{}, logBuf: &testutil.SyncBuffer{}}
+	return newEnvTuned(t, fake, nil, mod...)
+}
+
+// newEnvTuned is newEnvOn with tune adjusting a real engine's options.
+func newEnvTuned(t testing.TB, fake bool, tune func(*fs.Options), mod ...func(*Options)) *env {
+	t.Helper()
+	v := &env{t: t, ctx: context.Background(), mem: objstore.NewMem(), clk: clock.NewFake(t0), cps: &fakeCheckpoints{}, logBuf: &testutil.SyncBuffer{}, tune: tune}
 	v.faulty = objstore.NewFaulty(v.mem)
 	v.count = objstore.NewCounting(v.faulty)
 	var w io.Writer = v.logBuf
@@ -125,11 +132,15 @@ func newEnvOn(t testing.TB, fake bool, mod ...func(*Options)) *env {
 func (v *env) openEngine() {
 	v.t.Helper()
 	v.trig = &Triggers{}
-	e, err := fs.Open(v.ctx, fs.Options{
+	o := fs.Options{
 		Store: v.count, Keys: v.keys, CacheDir: v.t.TempDir(),
 		SegmentTarget: 64 << 20, FlushInterval: time.Hour,
 		Clock: v.clk, Logger: v.log, Events: v.trig,
-	})
+	}
+	if v.tune != nil {
+		v.tune(&o)
+	}
+	e, err := fs.Open(v.ctx, o)
 	if err != nil {
 		v.t.Fatal(err)
 	}

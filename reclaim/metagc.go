@@ -78,6 +78,13 @@ type MetaDB interface {
 
 var _ MetaDB = (*lsm.DB)(nil)
 
+// journalPruner is what a MetaDB may also do: delete the journal objects
+// its newest manifest covers (lsm.DB.PruneJournals). A pass asks for it
+// after it succeeds, so that journals do not outlive short-lived writers.
+type journalPruner interface{ PruneJournals(ctx context.Context) }
+
+var _ journalPruner = (*lsm.DB)(nil)
+
 // MetaGCOptions configure a MetaGC. Zero values take the defaults.
 type MetaGCOptions struct {
 	Store objstore.Store // required: the filesystem's store
@@ -87,6 +94,11 @@ type MetaGCOptions struct {
 	Logger *slog.Logger
 	// Interval between passes (default DefaultMetaGCInterval).
 	Interval time.Duration
+	// StatePath, if set, is the file that keeps the schedule across
+	// restarts (metagc_schedule.go; the daemon puts MetaGCStateFile in
+	// the cache directory). Without it the first pass is an Interval
+	// after Start.
+	StatePath string
 }
 
 // EnsureDefaults fills in zero fields.
@@ -143,6 +155,8 @@ type MetaGC struct {
 		passes          int
 		totals          MetaGCTotals
 		next            time.Time // wall time of the next timed pass (zero: not started)
+		due             time.Time // when the schedule wants the next pass (metagc_schedule.go)
+		lastHorizon     uint64    // the newest manifest the last pass saw, plus one (0: unknown)
 		// prunable is when the first ephemeral record the last pass saw
 		// may be pruned (zero: none): an idle writer's timed passes run
 		// again from then on.
@@ -226,7 +240,7 @@ func (g *MetaGC) LastPass() (MetaGCPass, int) {
 // until Close cancels its context (and the pass in progress).
 func (g *MetaGC) loop(w *worker.Worker) {
 	ctx := w.Context()
-	wait := g.o.Interval
+	wait := g.firstWait()
 	// An idle filesystem sends no requests: once two passes in a row have
 	// succeeded at the same manifest horizon, nothing new can have become
 	// unreferenced (tables and manifests appear only with a new manifest;
@@ -287,6 +301,7 @@ func (g *MetaGC) loop(w *worker.Worker) {
 // pass has deleted nothing, or (for a failure while deleting) only
 // objects that were safe to delete; the stats count those.
 func (g *MetaGC) RunOnce(ctx context.Context) (MetaGCStats, error) {
+	ctx = objstore.WithPurpose(ctx, objstore.PurposeMetaGC)
 	if g.optErr != nil {
 		return MetaGCStats{}, g.optErr
 	}
@@ -294,6 +309,7 @@ func (g *MetaGC) RunOnce(ctx context.Context) (MetaGCStats, error) {
 	defer g.runMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, metaGCPassTimeout)
 	defer cancel()
+	at := g.o.Clock.Now()
 	start := g.o.Clock.Mono()
 	p, err := g.plan(ctx)
 	var st MetaGCStats
@@ -302,9 +318,18 @@ func (g *MetaGC) RunOnce(ctx context.Context) (MetaGCStats, error) {
 		err = g.delete(ctx, p, &st)
 	}
 	g.count(st, err)
+	if err == nil {
+		if jp, ok := g.o.DB.(journalPruner); ok {
+			jp.PruneJournals(ctx)
+		}
+		g.passDone(at, p.horizon)
+	}
 	log := g.o.Logger.Info
-	if err != nil {
+	switch {
+	case err != nil:
 		log = g.o.Logger.Warn
+	case st.Deleted == 0:
+		log = g.o.Logger.Debug // a pass that removed nothing is not news
 	}
 	log("reclaim: metadata gc pass", "deleted", st.Deleted, "bytes", st.Bytes, "kept", st.Kept,
 		"horizon", p.horizon, "checkpoints", p.checkpoints, "duration", g.o.Clock.Mono()-start, "err", err)

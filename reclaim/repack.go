@@ -187,6 +187,7 @@ type frameRun struct {
 // uploads it, and only then repoints the extents that still point at the
 // old frames.
 func (r *Reclaimer) runJob(ctx context.Context, j repackJob) (jobStats, error) {
+	ctx = objstore.WithPurpose(ctx, objstore.PurposeRepackGather)
 	var js jobStats
 	live := r.live.jobStart(j, r.clk.Now())
 	defer r.live.jobEnd(live)

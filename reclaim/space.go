@@ -39,6 +39,14 @@ type SpaceReport struct {
 	// Pinned maps each persistent checkpoint to the dead bytes held while
 	// it exists (deletion and repack are paused: every dead byte).
 	Pinned map[string]int64
+	// HeldBy names the ttl (ephemeral) checkpoint whose span sets the
+	// grace of segments that die now, when it is longer than the 60 s
+	// floor; HeldGrace is that grace and HeldUntil when the checkpoint
+	// expires. Dead segments wait their grace from their death: the
+	// awaiting bytes above are what such a checkpoint holds back.
+	HeldBy    string
+	HeldGrace time.Duration
+	HeldUntil time.Time
 	// CheckpointError is set when the checkpoint list could not be read
 	// (Pinned is then unknown).
 	CheckpointError string
@@ -77,6 +85,10 @@ func (rep *SpaceReport) AddPinned(recs []checkpoint.Record) {
 	h, err := checkpoint.HorizonOf(recs)
 	if err != nil {
 		rep.CheckpointError = err.Error()
+	}
+	rep.HeldBy, rep.HeldGrace, rep.HeldUntil = h.GraceBy, 0, h.GraceByExpires
+	if h.GraceBy != "" {
+		rep.HeldGrace = h.Grace
 	}
 	if len(h.PinnedBy) > 0 {
 		rep.Pinned = map[string]int64{}
@@ -149,8 +161,8 @@ func (r *Reclaimer) tombstones(rep *SpaceReport) error {
 	for _, ino := range inos {
 		elo, ehi := schema.ExtentRange(ino, 0, 0)
 		if err := r.host.MetaScan(elo, ehi, func(_, v []byte) error {
-			if p, err := segment.UnmarshalPointer(v); err == nil {
-				rep.TombstoneBytes += int64(p.Length)
+			if x, err := segment.UnmarshalExtent(v); err == nil {
+				rep.TombstoneBytes += x.FrameBytes()
 			}
 			return nil
 		}); err != nil {

@@ -128,6 +128,7 @@ func (r *Reclaimer) runScheduledSweep(ctx context.Context) (SweepStats, error) {
 // below the sweep horizon that no pointer references. It is the only LIST
 // of segments/.
 func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
+	ctx = objstore.WithPurpose(ctx, objstore.PurposeSweep)
 	st.Start = r.clk.Now()
 	mono0 := r.clk.Mono()
 	req0 := r.store.Snapshot()
@@ -138,14 +139,7 @@ func (r *Reclaimer) sweep(ctx context.Context) (st SweepStats, err error) {
 	defer func() {
 		st.Duration = r.clk.Mono() - mono0
 		st.Requests = r.store.Snapshot().Sub(req0)
-		attrs := []any{"listed", st.Listed, "counterless", st.Counterless, "deleted", st.Deleted,
-			"bytes_freed", st.DeletedBytes, "unreadable", st.Unreadable, "referenced", st.Referenced,
-			"complete", st.Complete, "duration", st.Duration,
-			requestsAttr(st.Requests)}
-		if err != nil {
-			attrs = append(attrs, "err", err)
-		}
-		r.log.Info("reclaim: orphan sweep", attrs...)
+		r.logSweep(st, err)
 	}()
 	var (
 		errs []error
@@ -297,4 +291,20 @@ func (r *Reclaimer) judgeOrphan(ctx context.Context, id uint64, size int64) (orp
 	r.host.ForgetSegments(id)
 	failpoint.Hit("sweep-after-delete")
 	return orphanDeleted, nil
+}
+
+// logSweep logs a sweep's summary: at DEBUG when it found nothing.
+func (r *Reclaimer) logSweep(st SweepStats, err error) {
+	attrs := []any{"listed", st.Listed, "counterless", st.Counterless, "deleted", st.Deleted,
+		"bytes_freed", st.DeletedBytes, "unreadable", st.Unreadable, "referenced", st.Referenced,
+		"complete", st.Complete, "duration", st.Duration,
+		requestsAttr(st.Requests)}
+	log := r.log.Info
+	switch {
+	case err != nil:
+		attrs = append(attrs, "err", err)
+	case st.Deleted == 0 && st.Unreadable == 0 && st.Referenced == 0:
+		log = r.log.Debug // a sweep that found nothing is not news
+	}
+	log("reclaim: orphan sweep", attrs...)
 }

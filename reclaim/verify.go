@@ -19,8 +19,8 @@ func (r *Reclaimer) readDirectory(ctx context.Context, id uint64, size int64) (s
 	return r.rd.ReadDirectory(ctx, id, size)
 }
 
-// liveFrame is a directory entry whose extent's current pointer is exactly
-// that frame.
+// liveFrame is a directory entry that is exactly one of the frames of its
+// extent's current value (its base, or a patch's frame), cur.
 type liveFrame struct {
 	e   segment.DirEntry
 	cur segment.Pointer
@@ -31,15 +31,15 @@ type liveFrame struct {
 type lookupResult struct {
 	counterFound bool
 	counterLive  int64
-	refs         int         // extents whose current pointer is into the segment
-	refBytes     int64       // frame bytes those pointers reference
-	live         []liveFrame // entries that are exactly a current pointer
+	refs         int         // frames of current extent values (bases and patches) in the segment
+	refBytes     int64       // their frame bytes
+	live         []liveFrame // entries that are exactly one of those frames
 }
 
-// lookup checks, for each directory entry, the current pointer at (ino,
+// lookup checks, for each directory entry, the current value at (ino,
 // extent), all in one Pebble iterator (a consistent snapshot), together
-// with the segment's counter. A pointer into the segment at any offset
-// counts as a reference; an undecodable pointer is an error (doubt).
+// with the segment's counter. Any frame of a value in the segment, at any
+// offset, counts as a reference; an undecodable value is an error (doubt).
 func (r *Reclaimer) lookup(id uint64, entries []segment.DirEntry) (lookupResult, error) {
 	r.meta <- struct{}{}
 	defer func() { <-r.meta }()
@@ -70,19 +70,23 @@ func (r *Reclaimer) lookup(id uint64, entries []segment.DirEntry) (lookupResult,
 			return nil
 		}
 		x := order[i-1]
-		p, err := segment.UnmarshalPointer(v)
+		val, err := segment.UnmarshalExtent(v)
 		if err != nil {
 			return fmt.Errorf("extent %d/%d: %w", x.ino, x.idx, err)
 		}
-		if p.Segment != id {
-			return nil
-		}
-		res.refs++
-		res.refBytes += int64(p.Length)
-		for _, f := range byExt[x] {
-			if f.Offset == p.Offset && f.Length == p.Length && f.Gen == p.Gen && f.PlainLen == p.PlainLen {
-				res.live = append(res.live, liveFrame{e: f, cur: p})
-				break
+		// Each frame of the value (its base and its patches' frames)
+		// is a reference of its own.
+		for p := range val.Frames() {
+			if p.Segment != id {
+				continue
+			}
+			res.refs++
+			res.refBytes += int64(p.Length)
+			for _, f := range byExt[x] {
+				if f.Offset == p.Offset && f.Length == p.Length && f.Gen == p.Gen && f.PlainLen == p.PlainLen {
+					res.live = append(res.live, liveFrame{e: f, cur: p})
+					break
+				}
 			}
 		}
 		return nil

@@ -5,7 +5,9 @@
 #   (mount, umount), dmsetup (the cache disk EIO test: device-mapper's error
 #   target), tmux (the monitor test), chromium (the status page test,
 #   headless), libgnutls28-dev (NBD over TLS-PSK is built with GnuTLS), fio
-#   (the NBD random-I/O benchmark), and
+#   (the NBD random-I/O benchmark and make bench-db's VM case), postgresql
+#   (make bench-db's pgbench, its server run as the postgres user), sqlite3
+#   (make bench-db and the SQLite test on the mount), and
 #   the S3 server (scripts/install-s3-server.sh).
 # Idempotent: installs only what is missing; runs apt-get update only when
 # it has something to install. As non-root it only reports what is missing.
@@ -29,10 +31,12 @@ declare -A probe=(
 	[dmsetup]=dmsetup
 	[libgnutls28-dev]= # headers only: dpkg decides
 	[fio]=fio
+	[postgresql]= # the server's programs are under /usr/lib/postgresql/N/bin: dpkg decides
+	[sqlite3]=sqlite3
 )
 
 missing=()
-for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc iproute2 dmsetup libgnutls28-dev fio; do
+for pkg in fuse3 libnbd-bin nbdfuse qemu-utils e2fsprogs util-linux tmux chromium spin gcc iproute2 dmsetup libgnutls28-dev fio postgresql sqlite3; do
 	if ! { [ -n "${probe[$pkg]}" ] && command -v "${probe[$pkg]}" >/dev/null 2>&1; } && ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
 		missing+=("$pkg")
 	fi

@@ -77,6 +77,7 @@ func LogCorrupt(log *slog.Logger, ce *CorruptError) {
 // random nonce makes them unique to one Finish) and returns nil if they
 // match. Anything else is an error wrapping objstore.ErrPreconditionFailed.
 func Upload(ctx context.Context, s objstore.Store, segID uint64, data []byte) error {
+	ctx = objstore.WithPurpose(ctx, objstore.PurposeSegmentUpload)
 	key := Key(segID)
 	if len(data) < FooterSize {
 		return fmt.Errorf("segment %s: upload of %d bytes is not a segment", key, len(data))

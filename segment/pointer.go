@@ -83,14 +83,7 @@ func UnmarshalPointer(b []byte) (Pointer, error) {
 	if len(b) != PointerSize {
 		return Pointer{}, fmt.Errorf("pointer: %d bytes, want %d: %w", len(b), PointerSize, ErrCorrupt)
 	}
-	p := Pointer{
-		Segment:  binary.LittleEndian.Uint64(b[0:]),
-		Offset:   binary.LittleEndian.Uint32(b[8:]),
-		Length:   binary.LittleEndian.Uint32(b[12:]),
-		PlainLen: binary.LittleEndian.Uint32(b[16:]),
-		Gen:      binary.LittleEndian.Uint64(b[20:]),
-		Flags:    binary.LittleEndian.Uint32(b[28:]),
-	}
+	p := rawPointer(b)
 	if err := p.Validate(); err != nil {
 		return Pointer{}, fmt.Errorf("%v: %w", err, ErrCorrupt)
 	}

@@ -96,6 +96,7 @@ func (t *aheadTable) evictStaleLocked(bufs *runBufs) {
 // did: any other is for a Fill request, which fetches it from the store
 // into both caches.
 func (r *Reader) readAhead(ctx context.Context, ps []segment.Pointer) bool {
+	ctx = objstore.TagIfTracing(ctx, objstore.PurposeReadAhead)
 	if len(ps) == 0 || r.checkRun(ps) != nil {
 		return false
 	}

@@ -75,9 +75,11 @@ type diskCache struct {
 	segs    map[uint64]*diskSeg
 	files   *list.List // segments with an open file, front = most recent; values *diskSeg
 
-	// Writes happen on one background worker (writer) so that reads
-	// never wait for them; when the queue is full a frame is simply not
-	// cached. The space watcher's periodic nudge is a Notify of it.
+	// Writes happen on one background worker (writer) so that reads do
+	// not wait for them; when the queue is full a frame is simply not
+	// cached, except that a span fetched from the store waits a bounded
+	// time for room (putSpan). The space watcher's periodic nudge is a
+	// Notify of it.
 	q       chan diskPut
 	w       *worker.Worker     // the writer
 	unwatch func()             // stops the nudges
@@ -97,6 +99,13 @@ type diskCache struct {
 	ovMu          sync.Mutex
 	overflow      []diskPut
 	overflowBytes int64
+
+	// roomCh is closed, and replaced, under roomMu, each time the writer
+	// has written a put and so freed memory in the queue or the overflow:
+	// a fetched span waits on it for room (putSpan).
+	roomMu sync.Mutex
+	roomCh chan struct{}
+	after  func(time.Duration) <-chan time.Time // time.After; tests replace it
 
 	// pend holds, under mu, the runs of frames queued or in the overflow,
 	// by segment, until the writer has written them (or given up on
@@ -141,6 +150,11 @@ const (
 	// (diskCache.overflow): with the queue, at most 128 MiB, most of it
 	// objects the writer uploaded, held a little longer.
 	diskOverflowBytes = 64 << 20
+	// diskRoomWait bounds how long a read waits for room for the span it
+	// fetched (putSpan). A span left out is fetched again by the next
+	// read of it; waiting for the cache disk is cheaper than that GET,
+	// but a stuck cache disk must not hold up reads the store can serve.
+	diskRoomWait = 2 * time.Second
 )
 
 // diskOpenFiles is how many segment files the cache keeps open for
@@ -179,7 +193,7 @@ func openDiskCache(dir string, max int64, log *slog.Logger, space *diskspace.Wat
 		return nil, fmt.Errorf("segment cache: %w", err)
 	}
 	c := &diskCache{dir: dir, log: log, max: max, lru: list.New(), files: list.New(), segs: map[uint64]*diskSeg{},
-		q: make(chan diskPut, diskQueue), pend: map[uint64][]*diskRun{},
+		q: make(chan diskPut, diskQueue), pend: map[uint64][]*diskRun{}, roomCh: make(chan struct{}), after: time.After,
 		statfs: diskspace.Statfs, writeFrames: writeSegmentFrames, readFrame: readSpanFile, punch: punchHole}
 	type found struct {
 		es  []diskEntry
@@ -349,12 +363,28 @@ func (c *diskCache) close() {
 		close(c.q)
 	}
 	c.closeMu.Unlock()
+	c.freed()   // a put waiting for room gives up
 	c.w.Close() // the writer returns once it has drained q
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.files.Len() > 0 {
 		c.closeFileLocked(c.files.Back().Value.(*diskSeg))
 	}
+}
+
+// roomSignal is closed the next time the writer frees room (freed).
+func (c *diskCache) roomSignal() <-chan struct{} {
+	c.roomMu.Lock()
+	defer c.roomMu.Unlock()
+	return c.roomCh
+}
+
+// freed wakes the puts waiting for room.
+func (c *diskCache) freed() {
+	c.roomMu.Lock()
+	close(c.roomCh)
+	c.roomCh = make(chan struct{})
+	c.roomMu.Unlock()
 }
 
 func (c *diskCache) dataPath(seg uint64) string {

@@ -76,6 +76,22 @@ func (c *memCache) entry(seg uint64, off uint32, id segment.FrameID) *memEntry {
 	return e
 }
 
+// passedBy notes that a stream (readRunTo) has read the frame e, found in
+// the cache. Once it has read the last frame of e's run, the run goes to
+// the back of the LRU, first to make way: the stream will not read it
+// again (and behind a remote store the disk cache holds it), whereas the
+// runs fetched ahead of the stream and not yet read, and what random
+// readers keep, are still wanted. Before, a stream's hits moved its runs
+// to the front, so that with a 64 MiB cache and a 32 MiB read-ahead
+// window the runs read already outlived the ones fetched ahead, which
+// were pushed out just before the stream reached them.
+func (c *memCache) passedBy(e *memEntry) {
+	r := e.run
+	if r.cached && r.entries[len(r.entries)-1] == e {
+		c.lru.MoveToBack(r.el)
+	}
+}
+
 // put caches one frame (the cache now shares data).
 func (c *memCache) put(seg uint64, off uint32, id segment.FrameID, data []byte) {
 	c.putRun(seg, []uint32{off}, []segment.FrameID{id}, [][]byte{data}, int64(len(data)))

@@ -84,7 +84,9 @@ type ReaderStats struct {
 	DiskBytes   int64 // disk cache usage
 	DiskEntries int
 
+	PieceHits  uint64 // reads served from pieces fetched on their own (piececache.go)
 	AheadHits  uint64 // frames read from sealed spans read ahead (ahead.go)
+	Waits      uint64 // frames a read waited for another read's fetch of, rather than fetching them again (flight.go)
 	AheadSpans int    // spans waiting for their readers
 	AheadBytes int64  // their bytes
 }
@@ -102,7 +104,8 @@ type Reader struct {
 		sync.Mutex
 		mem    *memCache // nil if disabled
 		logged map[corruptSite]struct{}
-		flight map[corruptSite]*fetchCall // concurrent misses of one frame share a GET
+		flight map[corruptSite]*fetchCall // frames being fetched: reads of them wait (flight.go)
+		pieces pieceCache                 // pieces fetched on their own (piececache.go)
 		closed bool
 	}
 
@@ -111,18 +114,12 @@ type Reader struct {
 
 	memHits, diskHits, misses, aheadHits atomic.Uint64
 	gets, fetched, corrupt, diskCorrupt  atomic.Uint64
+	waits, pieceHits                     atomic.Uint64
 }
 
 type corruptSite struct {
 	seg uint64
 	off int64
-}
-
-// fetchCall is one GET of a frame that concurrent readers wait on.
-type fetchCall struct {
-	done  chan struct{}
-	frame []byte
-	err   error
 }
 
 // NewReader opens a reader, rebuilding the disk cache index from DiskDir.
@@ -265,6 +262,8 @@ func (r *Reader) Stats() ReaderStats {
 		Misses:       r.misses.Load(),
 		Gets:         r.gets.Load(),
 		AheadHits:    r.aheadHits.Load(),
+		PieceHits:    r.pieceHits.Load(),
+		Waits:        r.waits.Load(),
 		BytesFetched: r.fetched.Load(),
 		Corrupt:      r.corrupt.Load(),
 		DiskCorrupt:  r.diskCorrupt.Load(),
@@ -362,8 +361,11 @@ func (r *Reader) memPut(id segment.FrameID, p segment.Pointer, plain []byte) {
 }
 
 func (r *Reader) getRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
+	if err := ctx.Err(); err != nil { // a cache-only attempt: not the store
+		return nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, off, n, err)
+	}
 	r.gets.Add(1)
-	b, err := r.store.GetRange(ctx, key, off, n)
+	b, err := r.store.GetRange(objstore.DefaultIfTracing(ctx, objstore.PurposeReadMiss), key, off, n)
 	if err != nil {
 		return nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, off, n, err)
 	}
@@ -390,10 +392,9 @@ func (r *Reader) accept(id segment.FrameID, p segment.Pointer, frame []byte) ([]
 }
 
 // runPlain reads several frames of one segment, given in offset order.
-// Frames found in a cache are served from it; the rest are fetched with one
-// coalesced ranged GET (gaps up to MaxRunGap are read through; a larger gap
-// starts another GET) and authenticated on every core. Results are in the
-// order of ps and, as with readFrame, must not be modified. With loan,
-// they are lent (readRunLent).
-
-// a variable for tests
+// Frames found in a cache are served from it; frames another read is
+// fetching are waited for (flight.go); the rest are fetched with one
+// coalesced ranged GET per group (storeGroups: gaps up to MaxRunGap that
+// hold no frame of the run are read through) and authenticated on every
+// core. Results are in the order of ps and, as with readFrame, must not
+// be modified. With loan, they are lent (readRunLent).

@@ -536,6 +536,9 @@ type gateStore struct {
 
 func (g *gateStore) GetRange(ctx context.Context, key string, off, n int64) ([]byte, error) {
 	g.inc("getrange")
+	g.mu.Lock()
+	g.ranges = append(g.ranges, [2]int64{off, n})
+	g.mu.Unlock()
 	<-g.gate
 	return g.Store.GetRange(ctx, key, off, n)
 }

@@ -18,20 +18,80 @@ func (r *Reader) readFrame(ctx context.Context, id segment.FrameID, p segment.Po
 	if err := r.checkPointer(p); err != nil {
 		return nil, err
 	}
-	if out, ok, err := r.cached(id, p); ok || err != nil {
-		return out, err
+	for waited := false; ; waited = true {
+		if out, ok, err := r.cached(id, p); ok || err != nil {
+			return out, err
+		}
+		c, lead, err := r.joinFlight(ctx, p, waited)
+		if err != nil {
+			return nil, err
+		}
+		if lead {
+			return r.fetchFrame(ctx, id, p, c)
+		}
+		r.waits.Add(1)
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if c.err == nil && len(c.frame) == int(p.Length) {
+			// The sealed frame, for a reader that keeps no plaintexts.
+			if out, ok, err := r.cached(id, p); ok || err != nil {
+				return out, err
+			}
+			return r.accept(id, p, c.frame)
+		}
 	}
-	frame, err := r.fetchShared(ctx, p)
-	if err != nil {
-		return nil, err
+}
+
+// joinFlight returns the fetch in flight of the frame p, or, with lead,
+// a new one this read is to make (entered in the flight table unless it
+// has waited already and another read is fetching the frame again). A
+// cache-only attempt (ctx done) gets ctx's error instead: it asks no store.
+func (r *Reader) joinFlight(ctx context.Context, p segment.Pointer, waited bool) (c *fetchCall, lead bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("segment %s: get [%d,+%d): %w", segment.Key(p.Segment), p.Offset, p.Length, err)
 	}
-	return r.accept(id, p, frame)
+	site := corruptSite{p.Segment, int64(p.Offset)}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.mu.flight[site]; c != nil {
+		if !waited {
+			return c, false, nil
+		}
+		return &fetchCall{done: make(chan struct{})}, true, nil
+	}
+	c = &fetchCall{done: make(chan struct{})}
+	r.mu.flight[site] = c
+	return c, true, nil
+}
+
+// fetchFrame GETs the frame p and caches it (accept), then lands c, the
+// fetch readFrame entered for it: reads waiting for it find the frame
+// cached, or take its sealed bytes from c.
+func (r *Reader) fetchFrame(ctx context.Context, id segment.FrameID, p segment.Pointer, c *fetchCall) ([]byte, error) {
+	frame, err := r.getRange(ctx, segment.Key(p.Segment), int64(p.Offset), int64(p.Length))
+	var out []byte
+	if err == nil {
+		out, err = r.accept(id, p, frame)
+	}
+	site := corruptSite{p.Segment, int64(p.Offset)}
+	r.mu.Lock()
+	if r.mu.flight[site] == c {
+		delete(r.mu.flight, site)
+	}
+	c.frame, c.err = frame, err
+	r.mu.Unlock()
+	close(c.done)
+	return out, err
 }
 
 // readPart returns plaintext bytes [from, to) of the frame p points at
 // (0 <= from < to <= p.PlainLen), as readFrame would but reading less: a
 // pieced frame that the memory cache does not hold is read piece-wise,
-// only the pieces holding [from, to), from the disk cache when it holds
+// only the pieces holding [from, to), from the pieces fetched on their
+// own (piececache.go), from the disk cache when it holds
 // the frame, or from the store when there is no disk cache (a local
 // store, whose reads cost no request, or a cache turned off). Those
 // pieces are not cached; a
@@ -121,6 +181,9 @@ func (r *Reader) readPart(ctx context.Context, id segment.FrameID, p segment.Poi
 		}
 		return deliver(part(plain, skip, skip+to-from))
 	}
+	if plain, ok := r.fromPieceCache(pieceKey{p.Segment, p.Offset, a, b}, buf, open); ok {
+		return got(plain), nil
+	}
 	if r.disk != nil {
 		if len(r.disk.present([]segment.Pointer{p}, []int{0})) == 0 {
 			return whole()
@@ -175,8 +238,11 @@ var pieceBufs = sync.Pool{New: func() any { return new([pieceBufLen]byte) }}
 // readSpan is getRange into buf (at least n+directio.Slack bytes),
 // past the page cache where the store can (objstore.ReadSpan).
 func (r *Reader) readSpan(ctx context.Context, key string, off int64, n int, buf []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil { // a cache-only attempt: not the store
+		return nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, off, n, err)
+	}
 	r.gets.Add(1)
-	b, err := objstore.ReadSpan(ctx, r.store, key, off, n, buf)
+	b, err := objstore.ReadSpan(objstore.DefaultIfTracing(ctx, objstore.PurposeReadMiss), r.store, key, off, n, buf)
 	if err != nil {
 		return nil, fmt.Errorf("segment %s: get [%d,+%d): %w", key, off, n, err)
 	}
@@ -194,35 +260,4 @@ func part(b []byte, from, to int) []byte {
 	to = min(to, len(b))
 	from = min(from, to)
 	return b[from:to:to]
-}
-
-// fetchShared GETs one frame; concurrent callers for the same frame share
-// one request. A waiter whose context ends stops waiting; the request goes
-// on for the others.
-func (r *Reader) fetchShared(ctx context.Context, p segment.Pointer) ([]byte, error) {
-	site := corruptSite{p.Segment, int64(p.Offset)}
-	r.mu.Lock()
-	if c, ok := r.mu.flight[site]; ok {
-		r.mu.Unlock()
-		select {
-		case <-c.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		if c.err != nil || len(c.frame) != int(p.Length) {
-			// The leader failed (perhaps only its context) or fetched a
-			// different length: try on our own.
-			return r.getRange(ctx, segment.Key(p.Segment), int64(p.Offset), int64(p.Length))
-		}
-		return c.frame, nil
-	}
-	c := &fetchCall{done: make(chan struct{})}
-	r.mu.flight[site] = c
-	r.mu.Unlock()
-	c.frame, c.err = r.getRange(ctx, segment.Key(p.Segment), int64(p.Offset), int64(p.Length))
-	r.mu.Lock()
-	delete(r.mu.flight, site)
-	r.mu.Unlock()
-	close(c.done)
-	return c.frame, c.err
 }

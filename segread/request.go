@@ -63,6 +63,11 @@ const (
 	// Verified is Sealed with every frame authenticated for its ID
 	// (without decompressing), so repack never copies a damaged frame.
 	Verified
+	// FillPieces (one frame, with From and To) fetches only the pieces of
+	// a pieced frame that hold [From, To), into a small cache of their
+	// own that the next Plain request of that range is served from
+	// (piececache.go), unless a cache can serve that request already.
+	FillPieces
 	// Ahead reads a run's sealed bytes for the reads to come, but not
 	// frames that read-ahead spans already cover, and returns when they
 	// are read; errors are left to those reads. With a disk cache, it
@@ -130,6 +135,9 @@ func (r *Reader) Read(ctx context.Context, req *Request) (Result, error) {
 
 // readOne serves a request for the one frame req.Ptr.
 func (r *Reader) readOne(ctx context.Context, req *Request) (Result, error) {
+	if req.Want == FillPieces {
+		return Result{}, r.fillPieces(ctx, req.ID, req.Ptr, req.From, req.To)
+	}
 	if req.Want != Plain {
 		return Result{}, fmt.Errorf("segment %s: request kind %d for one frame", segment.Key(req.Ptr.Segment), req.Want)
 	}

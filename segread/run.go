@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"unsafe"
 
 	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/keys"
@@ -84,15 +85,20 @@ func (r *Reader) openTo(o *keys.Opener, id segment.FrameID, frame, d []byte) err
 // readSealed reads the n bytes of key at off. With scratch set, it reads
 // them into a scratch buffer (a pooled one where they fit, for its caller
 // to give back) wherever in it suits the store (objstore.ReadSpan: past
-// the page cache); otherwise into a buffer of n bytes its caller may keep.
-// It returns the buffer and the slice of it that holds the bytes.
+// the page cache); otherwise into a buffer of n bytes its caller may keep
+// (alignedFor: the disk cache writes it past the page cache). It returns
+// the buffer and the slice of it that holds the bytes.
 func (r *Reader) readSealed(ctx context.Context, key string, off int64, n int, scratch bool) (buf, data []byte, pooled bool, err error) {
+	if err := ctx.Err(); err != nil { // a cache-only attempt: not the store
+		return nil, nil, false, err
+	}
 	r.gets.Add(1)
+	ctx = objstore.DefaultIfTracing(ctx, objstore.PurposeReadMiss)
 	if scratch {
 		buf, pooled = r.bufs.scratch(n + directio.Slack)
 		data, err = objstore.ReadSpan(ctx, r.store, key, off, n, buf)
 	} else {
-		buf = make([]byte, n)
+		buf = alignedFor(off, n)
 		data, err = buf, objstore.ReadRange(ctx, r.store, key, off, buf)
 	}
 	if err != nil {
@@ -103,6 +109,18 @@ func (r *Reader) readSealed(ctx context.Context, key string, off int64, n int, s
 	}
 	r.fetched.Add(uint64(n))
 	return buf, data, pooled, nil
+}
+
+// alignedFor returns a new buffer of n bytes for the bytes at offset off
+// of an object, placed in memory so that the bytes at the object's 4 KiB
+// boundaries lie on 4 KiB boundaries of memory: the disk cache, which
+// writes them at the same offsets of its file, can then write their whole
+// blocks with O_DIRECT (directio.WriteAt) instead of copying them into
+// the page cache.
+func alignedFor(off int64, n int) []byte {
+	raw := make([]byte, n+directio.Align)
+	at := int((uintptr(off) - uintptr(unsafe.Pointer(&raw[0]))) & (directio.Align - 1))
+	return raw[at : at+n : at+n]
 }
 
 // openRun authenticates and decrypts the frames ps[i], i in g, whose
@@ -202,16 +220,21 @@ func (r *Reader) runLeft(run *memRun) {
 }
 
 // acceptRun authenticates and decrypts the frames of one coalesced GET
-// (openRun), hands them to the disk cache, and caches them in memory as
+// (openRun), hands them to the disk cache (span, the GET's bytes, which
+// the cache then keeps, calling release, if set, once it no longer reads
+// them: one put of runs of adjacent frames), and caches them in memory as
 // one run. It returns the plaintexts in the order of g.
-func (r *Reader) acceptRun(ids []segment.FrameID, ps []segment.Pointer, g []int, frames [][]byte, loan *Loan) ([][]byte, error) {
+func (r *Reader) acceptRun(ids []segment.FrameID, ps []segment.Pointer, g []int, frames [][]byte, span []byte, release func(), loan *Loan) ([][]byte, error) {
 	run, plains, held, errs := r.openRun(ids, ps, g, frames)
 	for j, i := range g {
 		if errs[j] != nil {
 			errs[j] = r.reportCorrupt(ps[i], "", errs[j])
-		} else if r.disk != nil { // only authenticated frames are cached
-			r.disk.putOwned(ps[i], frames[j])
 		}
+	}
+	if r.disk != nil { // only authenticated frames are cached
+		r.disk.putSpan(ps, g, errs, span, release)
+	} else if release != nil {
+		release()
 	}
 	if err := errors.Join(errs...); err != nil {
 		if run.buf != nil {
@@ -269,7 +292,7 @@ func (r *Reader) fetch(ctx context.Context, ids []segment.FrameID, ps []segment.
 	return err
 }
 
-// readRun: see runPlain above.
+// readRun: see runPlain (reader.go).
 func (r *Reader) readRun(ctx context.Context, ids []segment.FrameID, ps []segment.Pointer, loan *Loan) ([][]byte, error) {
 	if len(ids) != len(ps) {
 		return nil, fmt.Errorf("segment run: %d ids for %d pointers", len(ids), len(ps))
@@ -302,19 +325,8 @@ func (r *Reader) readRun(ctx context.Context, ids []segment.FrameID, ps []segmen
 	if r.disk != nil && len(want) > 0 {
 		want = r.readDiskRuns(ids, ps, want, out, loan)
 	}
-	for _, g := range runGroups(ps, want) {
-		frames, done, err := r.sealedFrames(ctx, ps, g, r.disk == nil)
-		if err != nil {
-			return nil, err
-		}
-		plains, err := r.acceptRun(ids, ps, g, frames, loan)
-		done()
-		if err != nil {
-			return nil, err
-		}
-		for j, i := range g {
-			out[i] = plains[j]
-		}
+	if err := r.fetchWanted(ctx, ids, ps, want, out, loan); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

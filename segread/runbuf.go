@@ -2,7 +2,9 @@ package segread
 
 import (
 	"sync"
+	"unsafe"
 
+	"ebbfs.dev/ebbfs/internal/directio"
 	"ebbfs.dev/ebbfs/internal/hugemem"
 )
 
@@ -27,14 +29,17 @@ import (
 // must not take 2 MiB of it.
 const runBufSize = 2<<20 + 192<<10
 
-// runBufKeep bounds the buffers kept while unused, of runs and of sealed
-// spans each: 18 MiB, outside the memory cache's budget.
+// runBufKeep bounds the buffers kept while unused, of runs, of sealed
+// spans and of fetched runs waiting for the disk cache (kept) each:
+// 18 MiB, outside the memory cache's budget.
 const runBufKeep = 8
 
-// runBufs is a free list of run buffers.
+// runBufs is a free list of run buffers, and one of the buffers that
+// fetched sealed bytes wait in for the disk cache (kept).
 type runBufs struct {
 	mu   sync.Mutex
 	free [][]byte
+	kept [][]byte
 }
 
 // get returns a buffer of n bytes for a run the memory cache is to keep,
@@ -100,6 +105,47 @@ func (p *runBufs) put(b []byte) {
 	p.mu.Lock()
 	if len(p.free) < runBufKeep {
 		p.free = append(p.free, b[:0])
+	}
+	p.mu.Unlock()
+}
+
+// keptSize is the capacity of a pooled buffer for sealed bytes the disk
+// cache keeps until it has written them: a fetched run of up to
+// runBufSize, and room to place it (alignedFor).
+const keptSize = runBufSize + directio.Align
+
+// keep returns a buffer for the n sealed bytes at offset off of an object
+// that the disk cache will keep until it has written them, placed as
+// alignedFor places them, and the pooled buffer it lies in (nil if it is
+// not pooled), to give back with putKept once the cache has written them.
+// A fetched run costs no new memory to clear, and no page faults, where a
+// new buffer per GET cost both.
+func (p *runBufs) keep(off int64, n int) (data, raw []byte) {
+	if n+directio.Align > keptSize || n <= runBufSize/2 {
+		return alignedFor(off, n), nil
+	}
+	p.mu.Lock()
+	if k := len(p.kept); k > 0 {
+		raw = p.kept[k-1]
+		p.kept[k-1] = nil
+		p.kept = p.kept[:k-1]
+	}
+	p.mu.Unlock()
+	if raw == nil {
+		raw = make([]byte, keptSize)
+	}
+	at := int((uintptr(off) - uintptr(unsafe.Pointer(&raw[0]))) & (directio.Align - 1))
+	return raw[at : at+n : at+n], raw
+}
+
+// putKept takes back a buffer keep lent once nothing reads it.
+func (p *runBufs) putKept(raw []byte) {
+	if raw == nil {
+		return
+	}
+	p.mu.Lock()
+	if len(p.kept) < runBufKeep {
+		p.kept = append(p.kept, raw)
 	}
 	p.mu.Unlock()
 }

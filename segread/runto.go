@@ -69,6 +69,7 @@ func (r *Reader) readRunTo(ctx context.Context, ids []segment.FrameID, ps []segm
 			continue
 		}
 		r.hold(e.run, loan)
+		r.mu.mem.passedBy(e)
 		if lend {
 			lent[i] = e.data
 		} else {

@@ -3,7 +3,10 @@ package tests
 import (
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // The mount benchmarks: the real binary, a real FUSE mount, a local-directory
@@ -109,3 +112,68 @@ func BenchmarkMountCreateStatUnlink(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMountGroupCommit: 4 KiB write+fsync loops on a local store,
+// one thread, then 8 threads (each on its own file) for groupCommitPhase
+// each, through the mount. It reports commits per second of each, their
+// ratio (8 threads share barriers: group commit), and store writes per
+// fsync from the request metrics. Run once (-benchtime=1x): make bench.
+func BenchmarkMountGroupCommit(b *testing.B) {
+	e := benchEnv(b)
+	phase := func(threads int) (perSec, writesPerFsync float64) {
+		b.Helper()
+		files := make([]*os.File, threads)
+		for i := range files {
+			f, err := os.Create(e.path(fmt.Sprintf("gc%d-%d", threads, i)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			files[i] = f
+		}
+		before := e.scrapeUnix().sum("ebbfs_store_requests_total", `op="put"`)
+		var commits atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, threads)
+		start := time.Now()
+		for _, f := range files {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 4096)
+				for i := 0; time.Since(start) < groupCommitPhase; i++ {
+					buf[0] = byte(i)
+					if _, err := f.WriteAt(buf, int64(i%256)*4096); err != nil {
+						errs <- err
+						return
+					}
+					if err := f.Sync(); err != nil {
+						errs <- err
+						return
+					}
+					commits.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		took := time.Since(start)
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		puts := e.scrapeUnix().sum("ebbfs_store_requests_total", `op="put"`) - before
+		n := float64(commits.Load())
+		return n / took.Seconds(), puts / n
+	}
+	one, w1 := phase(1)
+	eight, w8 := phase(8)
+	b.ReportMetric(one, "commits/s-1thread")
+	b.ReportMetric(eight, "commits/s-8threads")
+	b.ReportMetric(eight/one, "ratio-8:1")
+	b.ReportMetric(w1, "puts/fsync-1thread")
+	b.ReportMetric(w8, "puts/fsync-8threads")
+}
+
+// groupCommitPhase is how long each phase of BenchmarkMountGroupCommit
+// runs.
+const groupCommitPhase = 5 * time.Second

@@ -20,9 +20,10 @@ import (
 // field, as every ebbfs before the cipher choice wrote it) mounts, takes
 // writes and reads them back from the store alone with XChaCha20-Poly1305;
 // one of format 2 (cipher recorded, made before pieced frames) does the
-// same with XAES-256-GCM and keeps its frames whole; one made by `ebbfs
-// init` (format 3) records the default cipher (XAES-256-GCM on a CPU with
-// AES instructions) and seals raw extents in pieces. Under all, every
+// same with XAES-256-GCM and keeps its frames whole; one of format 3 (made
+// before patches) and one made by `ebbfs init` (format 4) record the
+// cipher (by default XAES-256-GCM on a CPU with AES instructions) and seal
+// raw extents in pieces. Under all, every
 // frame in the store opens with the recorded cipher, the format does not
 // change by use, and a flipped byte in each frame reads as EIO, not as
 // other data.
@@ -35,6 +36,7 @@ func TestCipherFormats(t *testing.T) {
 	}{
 		{"format1-xchacha20", 1, keys.CipherXChaCha20Poly1305},
 		{"format2-xaes", 2, keys.CipherXAES256GCM},
+		{"format3-xchacha20", 3, keys.CipherXChaCha20Poly1305},
 		{"init-default", keys.FormatVersion, keys.DefaultCipher()},
 		{"init-cipher-xchacha20", keys.FormatVersion, keys.CipherXChaCha20Poly1305},
 		{"init-cipher-xaes", keys.FormatVersion, keys.CipherXAES256GCM},
@@ -139,7 +141,8 @@ func TestCipherFormats(t *testing.T) {
 
 // writeOldDescriptor stores a descriptor of an older format under the test
 // password, as the ebbfs of that format wrote it: format 1 names no cipher
-// (XChaCha20-Poly1305), format 2 names the cipher and has no pieced frames.
+// (XChaCha20-Poly1305), format 2 names the cipher and has no pieced frames,
+// format 3 has pieced frames and no patches.
 func writeOldDescriptor(t *testing.T, e *env, format int, c keys.Cipher) {
 	t.Helper()
 	d, _, err := keys.NewDescriptorCipher(testPassword, keys.DefaultKDF(), c)
@@ -229,19 +232,16 @@ func TestInitRefusesUnknownCipher(t *testing.T) {
 }
 
 // TestUpgradeToPiecedFrames: `ebbfs upgrade` moves a format-2 filesystem
-// to format 3 after checking the password (a wrong one changes nothing);
+// to format 4 after checking the password (a wrong one changes nothing)
+// and says what changes: pieced frames (3) and patched values (4), which
+// older builds cannot read;
 // data written before stays in whole frames and reads back, data written
 // after the writer's restart is sealed in pieces, fsck finds it all
 // consistent, and a second upgrade has nothing to do.
 func TestUpgradeToPiecedFrames(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	writeOldDescriptor(t, e, 2, keys.CipherXAES256GCM)
-	before := randBytes(t, 1<<20)
-	p := e.mount()
-	writeFile(t, e.path("before.bin"), before)
-	fsyncFile(t, e.path("before.bin"))
-	p.stop()
+	before := oldFilesystemWith(t, e, 2, keys.CipherXAES256GCM, 1<<20)
 
 	desc := filepath.Join(e.store, keys.DescriptorKey)
 	orig, err := os.ReadFile(desc)
@@ -265,19 +265,21 @@ func TestUpgradeToPiecedFrames(t *testing.T) {
 	if err := os.WriteFile(pwFile, pw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.mustEbbfs("upgrade"); !strings.Contains(r.stdout, "from store format 2 to 3") {
+	if r := e.mustEbbfs("upgrade"); !strings.Contains(r.stdout, "from store format 2 to 4") ||
+		!strings.Contains(r.stdout, "format 3: the writer seals") || !strings.Contains(r.stdout, "format 4: an extent's value may hold patches") ||
+		!strings.Contains(r.stdout, "refuse to mount") {
 		t.Fatalf("upgrade: %s", r)
 	}
 	d := readStoreDescriptor(t, e)
 	if d.Format != keys.FormatVersion || d.CipherOf() != keys.CipherXAES256GCM {
 		t.Fatalf("after upgrade: format %d, cipher %q", d.Format, d.CipherOf())
 	}
-	if r := e.mustEbbfs("upgrade"); !strings.Contains(r.stdout, "already at store format 3") {
+	if r := e.mustEbbfs("upgrade"); !strings.Contains(r.stdout, "already at store format 4") {
 		t.Fatalf("second upgrade: %s", r)
 	}
 
 	after := randBytes(t, 1<<20)
-	p = e.mount()
+	p := e.mount()
 	writeFile(t, e.path("after.bin"), after)
 	fsyncFile(t, e.path("after.bin"))
 	p.stop()
@@ -325,4 +327,47 @@ func TestUpgradeToPiecedFrames(t *testing.T) {
 		t.Fatal("after.bin differs")
 	}
 	p.stop()
+}
+
+// TestUpgradeFormat3ToPatches: `ebbfs upgrade` of a format-3 filesystem
+// (pieced frames, made before patches) moves it to format 4 and names
+// only what format 4 changes; what was stored before reads back, and fsck
+// finds it consistent.
+func TestUpgradeFormat3ToPatches(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	before := oldFilesystemWith(t, e, 3, keys.CipherXChaCha20Poly1305, 300<<10)
+	r := e.mustEbbfs("upgrade")
+	if !strings.Contains(r.stdout, "from store format 3 to 4") || strings.Contains(r.stdout, "format 3:") ||
+		!strings.Contains(r.stdout, "format 4: an extent's value may hold patches") || !strings.Contains(r.stdout, "refuse to mount") {
+		t.Fatalf("upgrade: %s", r)
+	}
+	if d := readStoreDescriptor(t, e); d.Format != 4 || d.CipherOf() != keys.CipherXChaCha20Poly1305 {
+		t.Fatalf("after upgrade: format %d, cipher %q", d.Format, d.CipherOf())
+	}
+	if err := os.RemoveAll(e.cache); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.mustEbbfs("fsck", "--verify-data"); !strings.Contains(r.stdout, "consistent") {
+		t.Fatalf("fsck: %s", r)
+	}
+	p := e.mount()
+	if got := readFile(t, e.path("before.bin")); !bytes.Equal(got, before) {
+		t.Fatal("before.bin differs after the upgrade")
+	}
+	p.stop()
+}
+
+// oldFilesystemWith makes e a filesystem of an older descriptor format
+// holding before.bin, size random bytes made durable, with no writer
+// running; it returns them.
+func oldFilesystemWith(t *testing.T, e *env, format int, c keys.Cipher, size int) []byte {
+	t.Helper()
+	writeOldDescriptor(t, e, format, c)
+	before := randBytes(t, size)
+	p := e.mount()
+	writeFile(t, e.path("before.bin"), before)
+	fsyncFile(t, e.path("before.bin"))
+	p.stop()
+	return before
 }

@@ -116,8 +116,8 @@ func TestCheckpointsReclaimSpace(t *testing.T) {
 	}
 	r = e.mustEbbfs("reclaim", "run", "--json")
 	var cycle struct {
-		Paused   bool
-		PinnedBy []string
+		Paused   bool     `json:"paused"`
+		PinnedBy []string `json:"pinned_by"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &cycle); err != nil {
 		t.Fatalf("reclaim run --json: %v %s", err, r)
@@ -127,9 +127,9 @@ func TestCheckpointsReclaimSpace(t *testing.T) {
 	}
 	r = e.mustEbbfs("space", "--json")
 	var space struct {
-		LiveBytes    int64
-		SegmentCount int
-		Pinned       map[string]int64
+		LiveBytes    int64            `json:"live_bytes"`
+		SegmentCount int              `json:"segment_count"`
+		Pinned       map[string]int64 `json:"pinned"`
 	}
 	if err := json.Unmarshal([]byte(r.stdout), &space); err != nil {
 		t.Fatalf("space --json: %v %s", err, r)
@@ -149,9 +149,12 @@ func TestCheckpointsReclaimSpace(t *testing.T) {
 	}
 	p.stop()
 	// Without a writer, list/info/delete go to the store directly.
-	r = e.mustEbbfs("checkpoint", "info", "short-lived")
+	r = e.mustEbbfs("checkpoint", "info", "--json", "short-lived")
 	if !strings.Contains(r.stdout, `"ephemeral"`) {
 		t.Fatalf("checkpoint info without a writer: %s", r)
+	}
+	if r := e.mustEbbfs("checkpoint", "info", "short-lived"); !strings.Contains(r.stdout, "ephemeral") || !strings.Contains(r.stdout, "unless renewed") {
+		t.Fatalf("checkpoint info, human: %s", r)
 	}
 	e.mustEbbfs("checkpoint", "delete", "short-lived")
 	if r := e.mustEbbfs("checkpoint", "list"); !strings.Contains(r.stdout, "no checkpoints") {
@@ -210,11 +213,7 @@ func TestReadOnlyReader(t *testing.T) {
 // while the writer moves on, and refuses a missing checkpoint clearly.
 func TestRunCheckpoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.init()
-	w := e.mount()
-	writeFile(t, e.path("a"), []byte("as checkpointed"))
-	e.mustEbbfs("checkpoint", "create", "--persistent", "snap")
+	e, w := writerWithSnapshot(t, "snap", "as checkpointed")
 	writeFile(t, e.path("a"), []byte("rewritten after the checkpoint"))
 	writeFile(t, e.path("b"), []byte("created after the checkpoint"))
 	e.mustEbbfs("flush")

@@ -290,8 +290,10 @@ func crashCheckModel(t *testing.T, e *env, m *crashModel, when string) {
 
 // crashSpace is the part of `ebbfs space --json` the crash tests read.
 type crashSpace struct {
-	LiveBytes, SegmentBytes, DeadBytes int64
-	TombstonesPending                  int
+	LiveBytes         int64 `json:"live_bytes"`
+	SegmentBytes      int64 `json:"segment_bytes"`
+	DeadBytes         int64 `json:"dead_bytes"`
+	TombstonesPending int   `json:"tombstones_pending"`
 }
 
 func crashSpaceOf(t testing.TB, e *env) crashSpace {

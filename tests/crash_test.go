@@ -33,6 +33,10 @@ type crashCase struct {
 	work      func(*crashRun)
 	// unreachable says why no end-to-end workload can reach the point.
 	unreachable string
+	// coveredBy names the end-to-end test (in this package, run by make
+	// test) that crashes at the point with a workload of its own.
+	coveredBy string
+	env       []string // more environment for every process of the case
 }
 
 func fpName(spec string) string {
@@ -98,6 +102,18 @@ func crashCases() []crashCase {
 	// Automatic publication after 64 journal objects (many barriers).
 	add(crashCase{setup: setupBase, work: workManyBarriers},
 		"lsm.publish.manifest-written", "lsm.publish.journals-deleted")
+	// Patched extents (EBBFS_TEST_PATCHES: the test switch on in the
+	// real binary; patches are not on by default yet): 4 KiB writes into extents of a file are
+	// committed as patches; at eight patches (mergePatches) an extent is
+	// merged (a whole dirty buffer), and the next flush commits it as one
+	// frame.
+	add(crashCase{setup: setupBase, work: workPatch, env: []string{"EBBFS_TEST_PATCHES=1"}},
+		"patch-before-commit", "patch-after-commit=3", "merge-after-install",
+		"merge-before-commit", "merge-after-commit")
+	// A checkpoint restore: its own test crashes at each point and checks
+	// that the tree is the old state or the restored one, whole.
+	add(crashCase{coveredBy: "TestRestoreCrash"},
+		"restore-before-commit", "restore-before-journal", "restore-after-journal")
 	// Recovery after a kill -9: lease takeover, manifest + journal replay,
 	// and an orphan (unlinked while open) finished at startup.
 	add(crashCase{setup: setupKilledWithOrphan, setupKill: true},
@@ -231,6 +247,28 @@ func workReclaimHeld(r *crashRun) {
 
 func workCycles(r *crashRun) { r.cycles(5) }
 
+// workPatch writes 4 KiB into each of base1's first 16 extents (a patch
+// each, below the end of the file), a flush after each round, at a new
+// place every round: at the eighth the extents want a merge, and the
+// flushes after it commit the merged frames (or whole extents, when a
+// round writes into a merged buffer).
+func workPatch(r *crashRun) {
+	for round := int64(0); round < 8 && r.alive(); round++ {
+		var offs []int64
+		var datas [][]byte
+		for ext := int64(0); ext < 16; ext++ {
+			offs = append(offs, ext<<15+round<<12)
+			datas = append(datas, randBytes(r.t, 4<<10))
+		}
+		r.pwrites("base1", offs, datas)
+		r.flush()
+	}
+	for i := 0; i < 20 && r.alive(); i++ {
+		r.waitExit(200 * time.Millisecond) // the merger runs in the background
+		r.flush()
+	}
+}
+
 func workOrphanSegment(r *crashRun) {
 	r.write("lost", randBytes(r.t, 500<<10))
 	r.flush()
@@ -302,6 +340,10 @@ func TestCrashAtFailpoints(t *testing.T) {
 				if c.unreachable != "" {
 					t.Skipf("not reachable end to end: %s", c.unreachable)
 				}
+				if c.coveredBy != "" {
+					t.Logf("the crash at this point is run by %s", c.coveredBy)
+					return
+				}
 				ok := runCrashCase(t, c)
 				mu.Lock()
 				defer mu.Unlock()
@@ -320,7 +362,7 @@ func TestCrashAtFailpoints(t *testing.T) {
 
 // runCrashCase runs one case and reports whether its failpoint fired.
 func runCrashCase(t *testing.T, c crashCase) bool {
-	e := newEnv(t, withEnvVars("EBBFS_TEST_TIME_SCALE=1000"))
+	e := newEnv(t, withEnvVars(append([]string{"EBBFS_TEST_TIME_SCALE=1000"}, c.env...)...))
 	e.init()
 	m := newCrashModel()
 	if c.setup != nil {
@@ -401,6 +443,25 @@ func crashVerify(t *testing.T, e *env, m *crashModel) {
 	}
 }
 
+// testDefined reports whether a _test.go file of this package defines
+// the function name.
+func testDefined(t *testing.T, name string) bool {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "\nfunc "+name+"(") {
+			return true
+		}
+	}
+	return false
+}
+
 // TestFailpointMatrixComplete: every failpoint in the source has a crash
 // case, and every case names a failpoint that exists.
 func TestFailpointMatrixComplete(t *testing.T) {
@@ -440,6 +501,9 @@ func TestFailpointMatrixComplete(t *testing.T) {
 		cased[n] = true
 		if _, ok := inSource[n]; !ok {
 			t.Errorf("crash case %s names no failpoint in the source", n)
+		}
+		if c.coveredBy != "" && !testDefined(t, c.coveredBy) {
+			t.Errorf("crash case %s is covered by %s, which this package does not define", n, c.coveredBy)
 		}
 	}
 	for n, f := range inSource {

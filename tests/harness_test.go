@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +38,9 @@ var (
 const (
 	mountTimeout = 60 * time.Second
 	exitTimeout  = 60 * time.Second
-	cmdTimeout   = 2 * time.Minute
+	// cmdTimeout only catches a hung command: a loaded CI machine can
+	// make a healthy fsck --verify-data take minutes.
+	cmdTimeout   = 5 * time.Minute
 	testPassword = "e2e password, long enough"
 )
 
@@ -137,6 +140,9 @@ type env struct {
 	admin    string
 	extraEnv []string
 	storage  string // the [storage] section
+
+	procsMu sync.Mutex
+	procs   []*proc // every "ebbfs run" started, for dumpStacks
 }
 
 type envOption func(*env)
@@ -195,6 +201,11 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	if err := os.Mkdir(e.mnt, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	if e.store != "" { // init refuses a store directory that does not exist
+		if err := os.Mkdir(e.store, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.writeConfig("")
 	return e
@@ -289,9 +300,30 @@ func (e *env) run(name string, args ...string) result {
 		e.t.Fatalf("%s %v: %v", name, args, err)
 	}
 	if ctx.Err() != nil {
+		e.dumpStacks()
 		e.t.Fatalf("%s %v timed out after %s\n%s", name, args, cmdTimeout, r)
 	}
 	return r
+}
+
+// dumpStacks has every "ebbfs run" of this env that is still running
+// print its goroutines (SIGQUIT) and exit, so that the test's log shows
+// where a command that hung was waiting.
+func (e *env) dumpStacks() {
+	e.procsMu.Lock()
+	procs := append([]*proc(nil), e.procs...)
+	e.procsMu.Unlock()
+	for _, p := range procs {
+		if p.exited() {
+			continue
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGCONT) // a paused process cannot dump
+		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(exitTimeout):
+		}
+	}
 }
 
 // ebbfs runs an ebbfs subcommand with this env's config.
@@ -336,13 +368,23 @@ func (e *env) start(args ...string) *proc {
 // startBin is start with another ebbfs binary.
 func (e *env) startBin(bin string, args ...string) *proc {
 	e.t.Helper()
-	cmd := e.command(context.Background(), bin, append([]string{"run", "-c", e.cfg}, args...)...)
+	return e.startSub(bin, "run", args...)
+}
+
+// startSub starts any ebbfs subcommand with this env's config and returns
+// without waiting for it.
+func (e *env) startSub(bin, sub string, args ...string) *proc {
+	e.t.Helper()
+	cmd := e.command(context.Background(), bin, append([]string{sub, "-c", e.cfg}, args...)...)
 	out := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
 	p := &proc{e: e, cmd: cmd, out: out, done: make(chan struct{})}
+	e.procsMu.Lock()
+	e.procs = append(e.procs, p)
+	e.procsMu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		p.code = 0
@@ -361,7 +403,7 @@ func (e *env) startBin(bin string, args ...string) *proc {
 		p.kill()
 		e.forceUnmount()
 		if e.t.Failed() {
-			e.t.Logf("ebbfs run %v output:\n%s", args, out.String())
+			e.t.Logf("ebbfs %s %v output:\n%s", sub, args, out.String())
 		}
 	})
 	return p

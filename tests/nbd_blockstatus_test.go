@@ -153,7 +153,12 @@ func TestNBDBlockStatusSparseCopy(t *testing.T) {
 	if got := e.qemuImgMapData(uri); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("qemu-img map data ranges: %v, want %v", got, want)
 	}
-	if d := e.storeBytesDown() - before; d > 1<<20 {
+	// The maps come from block status, not from the data. A client may
+	// still read the first sectors (qemu's probe of the image), and on a
+	// local store a read at offset 0 starts a stream whose sealed bytes
+	// are read ahead: up to the data run there (1.7 MB in one CI run,
+	// under 1 MiB in most). Reading the data would cost 100 MiB.
+	if d := e.storeBytesDown() - before; d > 4<<20 {
 		t.Errorf("mapping the export read %d bytes from the store", d)
 	}
 

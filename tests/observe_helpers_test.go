@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -79,10 +80,15 @@ func needTool(t testing.TB, tool string) string {
 
 // metricsDoc is one row of docs/METRICS.md.
 type metricsDoc struct {
-	name, typ, process string
+	name, typ, process string // process: "all", or the roles that export it, comma-separated
 }
 
-var docRow = regexp.MustCompile("^\\| `(ebbfs_[a-z0-9_]+)` \\| (counter|gauge|histogram) \\|[^|]*\\|[^|]*\\| (all|writer|replica) \\|")
+// exportedBy reports whether the row says a process of the role exports it.
+func (d metricsDoc) exportedBy(role string) bool {
+	return d.process == "all" || slices.Contains(strings.Split(d.process, ", "), role)
+}
+
+var docRow = regexp.MustCompile("^\\| `(ebbfs_[a-z0-9_]+)` \\| (counter|gauge|histogram) \\|[^|]*\\|[^|]*\\| (all|(?:writer|standby|replica|mirror)(?:, (?:writer|standby|replica|mirror))*) \\|")
 
 // documentedMetrics parses the tables of docs/METRICS.md.
 func documentedMetrics(t testing.TB) map[string]metricsDoc {

@@ -136,12 +136,15 @@ func sameContent(t testing.TB, p string, want []byte) {
 
 // cycleStats is the part of `ebbfs reclaim run --json` the tests read.
 type cycleStats struct {
-	Counters, Dead, Deleted int
-	BytesFreed              int64
-	Repacks, RepackFailed   int
-	RelocatedFrames         int
-	Paused                  bool
-	PinnedBy                []string
+	Counters        int      `json:"counters"`
+	Dead            int      `json:"dead"`
+	Deleted         int      `json:"deleted"`
+	BytesFreed      int64    `json:"bytes_freed"`
+	Repacks         int      `json:"repacks"`
+	RepackFailed    int      `json:"repack_failed"`
+	RelocatedFrames int      `json:"relocated_frames"`
+	Paused          bool     `json:"paused"`
+	PinnedBy        []string `json:"pinned_by"`
 }
 
 func (e *env) reclaimRun() cycleStats {
@@ -156,15 +159,15 @@ func (e *env) reclaimRun() cycleStats {
 
 // spaceStats is the part of `ebbfs space --json` the tests read.
 type spaceStats struct {
-	LiveBytes         int64
-	SegmentCount      int
-	SegmentBytes      int64
-	FragmentedBytes   int64
-	DeadSegments      int
-	DeadBytes         int64
-	Pinned            map[string]int64
-	TombstonesPending int
-	TombstoneBytes    int64
+	LiveBytes         int64            `json:"live_bytes"`
+	SegmentCount      int              `json:"segment_count"`
+	SegmentBytes      int64            `json:"segment_bytes"`
+	FragmentedBytes   int64            `json:"fragmented_bytes"`
+	DeadSegments      int              `json:"dead_segments"`
+	DeadBytes         int64            `json:"dead_bytes"`
+	Pinned            map[string]int64 `json:"pinned"`
+	TombstonesPending int              `json:"tombstones_pending"`
+	TombstoneBytes    int64            `json:"tombstone_bytes"`
 }
 
 func (e *env) space() spaceStats {

@@ -83,7 +83,10 @@ func TestGarbageReclaimed(t *testing.T) {
 		t.Fatalf("segments/ holds %d bytes, less than the %d live bytes", got, live)
 	}
 	r := e.mustEbbfs("space", "--json")
-	var sp struct{ LiveBytes, DeadBytes int64 }
+	var sp struct {
+		LiveBytes int64 `json:"live_bytes"`
+		DeadBytes int64 `json:"dead_bytes"`
+	}
 	if err := json.Unmarshal([]byte(r.stdout), &sp); err != nil {
 		t.Fatal(err)
 	}

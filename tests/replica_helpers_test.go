@@ -333,16 +333,22 @@ func sameTrees(a, b string) string {
 	if err != nil {
 		return err.Error()
 	}
+	return diffTrees(tb, ta)
+}
+
+// diffTrees reports how the tree got differs from want ("" when it does
+// not), naming at most five files.
+func diffTrees(got, want map[string]string) string {
 	var diff []string
-	for k, v := range ta {
-		if w, ok := tb[k]; !ok {
+	for k, v := range want {
+		if w, ok := got[k]; !ok {
 			diff = append(diff, k+" missing")
 		} else if v != w {
 			diff = append(diff, fmt.Sprintf("%s differs (%d vs %d bytes)", k, len(v), len(w)))
 		}
 	}
-	for k := range tb {
-		if _, ok := ta[k]; !ok {
+	for k := range got {
+		if _, ok := want[k]; !ok {
 			diff = append(diff, k+" should not exist")
 		}
 	}
@@ -463,11 +469,11 @@ func (e *env) replicaStatus() replicaStatus {
 
 // checkpointRecord is one row of `ebbfs checkpoint list --json`.
 type checkpointRecord struct {
-	Name        string
-	Kind        string
-	ManifestSeq uint64
-	CreateTime  time.Time
-	ExpireTime  time.Time
+	Name        string    `json:"name"`
+	Kind        string    `json:"kind"`
+	ManifestSeq uint64    `json:"manifest_seq"`
+	CreateTime  time.Time `json:"create_time"`
+	ExpireTime  time.Time `json:"expire_time"`
 }
 
 // readerCheckpoints lists the reader-* checkpoint records on the store.

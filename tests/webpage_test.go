@@ -64,8 +64,13 @@ func waitJS(t *testing.T, ctx context.Context, timeout time.Duration, what, expr
 
 // spaceAll is `ebbfs space --json` with the fields the page shows.
 type spaceAll struct {
-	LiveBytes, SegmentBytes, FragmentedBytes, DeadBytes, AwaitingBytes int64
-	SegmentCount, TombstonesPending                                    int
+	LiveBytes         int64 `json:"live_bytes"`
+	SegmentBytes      int64 `json:"segment_bytes"`
+	FragmentedBytes   int64 `json:"fragmented_bytes"`
+	DeadBytes         int64 `json:"dead_bytes"`
+	AwaitingBytes     int64 `json:"awaiting_bytes"`
+	SegmentCount      int   `json:"segment_count"`
+	TombstonesPending int   `json:"tombstones_pending"`
 }
 
 // noDeadBytes reports whether `ebbfs space --json` shows no dead byte in

@@ -13,5 +13,10 @@
 // (itself, with -serve-loopback), and stops both with umount(8) at the end,
 // expecting exit status 0. Every way out (error, signal, -timeout) unmounts
 // what it mounted, lazily if need be, before it removes the work directory.
+// The db group (-groups db, make bench-db; not in the default groups) runs
+// real database clients and a VM's disk on every target: pgbench with
+// PostgreSQL's data directory on it (the server run as the postgres user),
+// the sqlite3 shell in WAL and rollback-journal modes, and fio inside ext4
+// on a loop device over nbdfuse's file of an NBD export.
 // See bench/README.md for the workloads and the columns.
 package main

@@ -49,6 +49,15 @@ func buildEbbfs(dir string) (string, error) {
 	return bin, nil
 }
 
+// diskSizeLine is the [cache] disk_size line for size, or a comment
+// (ebbfs's default) when size is 0.
+func diskSizeLine(size int64) string {
+	if size <= 0 {
+		return "# disk_size: ebbfs's default"
+	}
+	return fmt.Sprintf("disk_size = %q", formatSize(size))
+}
+
 // ebbfsLayout is the filesystem's directories under the work directory.
 type ebbfsLayout struct {
 	bin, config, store, cache, mnt, password, log string
@@ -56,10 +65,11 @@ type ebbfsLayout struct {
 
 // setupEbbfs writes a config and runs ebbfs init. storage is the
 // [storage] section's body; "" means a local-directory store under dir.
-// NBD and the admin TCP listener are off, so that the run cannot collide
-// with another ebbfs on the machine; the admin unix socket stays in the
-// cache directory.
-func setupEbbfs(bin, dir, storage string) (*ebbfsLayout, error) {
+// The NBD and admin TCP listeners are off, so that the run cannot collide
+// with another ebbfs on the machine; the NBD and admin unix sockets are in
+// the cache directory (the db group's VM case uses the NBD one). diskCache,
+// if above 0, is the [cache] disk_size.
+func setupEbbfs(bin, dir, storage string, diskCache int64) (*ebbfsLayout, error) {
 	l := &ebbfsLayout{
 		bin:      bin,
 		config:   filepath.Join(dir, "ebbfs.toml"),
@@ -95,13 +105,14 @@ func setupEbbfs(bin, dir, storage string) (*ebbfsLayout, error) {
 		"[cache]",
 		fmt.Sprintf("dir = %q", l.cache),
 		fmt.Sprintf("memory_size = %q", formatSize(ebbfsMemoryCache)),
+		diskSizeLine(diskCache),
 		"",
 		"[mount]",
 		fmt.Sprintf("path = %q", l.mnt),
 		"",
 		"[nbd]",
 		"listen = []",
-		`unix_socket = ""`,
+		fmt.Sprintf("unix_socket = %q", filepath.Join(l.cache, "nbd.sock")),
 		"",
 		"[admin]",
 		`listen = ""`,

@@ -37,8 +37,11 @@ type options struct {
 	// rather than checksum-derived ones.
 	s3MD5ETags bool
 	// s3EmptyCache empties ebbfs-s3's disk cache (restarting it) before
-	// its cold sequential read.
+	// its cold sequential read and each of its cold random reads.
 	s3EmptyCache bool
+	// s3DiskCache, if above 0, is ebbfs-s3's [cache] disk_size (a file
+	// larger than it is read at random piece by piece).
+	s3DiskCache int64
 	// groups selects workload groups (write, read, rand, small).
 	groups map[string]bool
 	// cpuProfile, if set, is a directory for CPU profiles of the ebbfs
@@ -61,6 +64,8 @@ type options struct {
 	// targets' workloads create (set on the mount's root directory).
 	extentSize int
 	rwSettle   time.Duration
+	// db is the db group's flags (db.go).
+	db dbOptions
 }
 
 // allGroups are the workload groups in the order they run in each round.
@@ -90,11 +95,14 @@ func main() {
 	flag.StringVar(&o.ebbfsBin, "ebbfs", "", "use this ebbfs binary instead of building ./cmd/ebbfs")
 	flag.BoolVar(&o.kernelPassthrough, "kernel-passthrough", false, "let the go-fuse loopback use FUSE passthrough (the kernel then reads and writes the backing files itself)")
 	flag.BoolVar(&o.s3, "s3", true, "also run ebbfs on the S3 test server (versitygw, posix backend on the same disk) as target ebbfs-s3")
-	flag.BoolVar(&o.s3EmptyCache, "s3-empty-cache", false, "restart ebbfs-s3 with an empty disk cache before its cold sequential read (a new machine reading what another wrote)")
+	flag.BoolVar(&o.s3EmptyCache, "s3-empty-cache", false, "restart ebbfs-s3 with an empty disk cache before its cold sequential read and each of its cold random reads (a new machine reading what another wrote)")
+	s3Disk := sizeFlag(0)
+	flag.Var(&s3Disk, "s3-disk-cache", "ebbfs-s3's [cache] disk_size (0: ebbfs's default, 10GiB); a -size larger than it makes its cold random reads fetch pieces")
 	flag.BoolVar(&o.s3MD5ETags, "s3-md5-etags", false, "run the S3 test server with MD5 ETags (it then hashes every byte uploaded with MD5 on the same cores) instead of checksum-derived ones")
-	groups := flag.String("groups", strings.Join(allGroups, ","), "workload groups to run, comma-separated: "+strings.Join(allGroups, ", ")+" (read and rand read what write wrote)")
+	groups := flag.String("groups", strings.Join(allGroups, ","), "workload groups to run, comma-separated: "+strings.Join(allGroups, ", ")+" (read and rand read what write wrote), and db (PostgreSQL, SQLite, ext4 on NBD; not in the default: make bench-db)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write CPU profiles of the ebbfs targets during the sequential write, the cold read, the random reads and the random overwrites into this directory")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 8, "length of each -cpuprofile profile")
+	dbFlags(&o.db)
 	serve := flag.Bool("serve-loopback", false, "internal: serve a go-fuse loopback of -src at -mnt")
 	src := flag.String("src", "", "internal: with -serve-loopback, the directory to pass through")
 	mnt := flag.String("mnt", "", "internal: with -serve-loopback, the mountpoint")
@@ -117,11 +125,12 @@ func main() {
 		return
 	}
 	o.size = int64(size)
+	o.s3DiskCache = int64(s3Disk)
 	o.rwSize = int64(rwSize)
 	o.groups = map[string]bool{}
 	for _, g := range strings.Split(*groups, ",") {
 		switch g = strings.TrimSpace(g); g {
-		case "fsync", "overwrite", "write", "read", "rand", "small":
+		case "fsync", "overwrite", "write", "read", "rand", "small", "db":
 			o.groups[g] = true
 		default:
 			fmt.Fprintf(os.Stderr, "mountbench: unknown group %q in -groups\n", g)
@@ -138,6 +147,10 @@ func main() {
 	}
 	if o.fsyncs < 1 || o.rwSize < blockSize || o.rwSize%blockSize != 0 || o.rwWrites < 1 || o.rwFsyncEvery < 1 || o.rwSettle < 0 {
 		fmt.Fprintln(os.Stderr, "mountbench: -rw-size must be a positive multiple of 1MiB; -fsyncs, -rw-writes and -rw-fsync-every positive; -rw-settle not negative")
+		os.Exit(2)
+	}
+	if err := o.db.validate(); o.groups["db"] && err != nil {
+		fmt.Fprintln(os.Stderr, "mountbench:", err)
 		os.Exit(2)
 	}
 	os.Exit(run(o))
@@ -159,6 +172,7 @@ var aborting atomic.Bool
 func cleanup() {
 	finish.once.Do(func() {
 		killHelpers()
+		undoVM()
 		killAll()
 		stopS3()
 		if finish.work == "" {
@@ -246,6 +260,9 @@ type bench struct {
 	res     map[string]map[string]result   // the median round of all
 	loads   []float64
 	start   time.Time
+	// The db group's programs, looked for at its first run.
+	dbTools    *dbTools
+	dbToolsErr error
 }
 
 // target is a filesystem under test.
@@ -305,7 +322,7 @@ func (b *bench) main() error {
 			return err
 		}
 	}
-	l, err := setupEbbfs(bin, filepath.Join(b.work, "ebbfs"), "")
+	l, err := setupEbbfs(bin, filepath.Join(b.work, "ebbfs"), "", 0)
 	if err != nil {
 		return err
 	}
@@ -321,7 +338,7 @@ func (b *bench) main() error {
 		if err != nil {
 			return err
 		}
-		l, err := setupEbbfs(bin, filepath.Join(b.work, "ebbfs-s3"), storage)
+		l, err := setupEbbfs(bin, filepath.Join(b.work, "ebbfs-s3"), storage, b.o.s3DiskCache)
 		if err != nil {
 			return err
 		}
@@ -485,6 +502,7 @@ func (b *bench) runGroups() {
 		{"read", "sequential reads", b.readGroup},
 		{"rand", "random reads", b.randGroup},
 		{"small", "small files", b.smallGroup},
+		{"db", "databases and ext4 on NBD", b.dbGroup},
 	} {
 		if b.o.groups[g.flag] {
 			groups = append(groups, struct {
@@ -601,19 +619,32 @@ func (b *bench) measureWarm(key string, t *target, f func() (float64, error)) {
 
 func (b *bench) randGroup(t *target) {
 	offs := randOffsets(b.o.seed, b.o.size, b.o.randReads)
+	b.randCold(t, "rand4k", func() (float64, error) { return randRead(b.pat, t.big(), offs, 1) })
+	b.randCold(t, "rand4k16", func() (float64, error) { return randRead(b.pat, t.big(), offs, 16) })
+}
+
+// randCold measures random reads f under key from a cold start: an ebbfs
+// target is stopped and mounted again first (with -s3-empty-cache,
+// ebbfs-s3's disk cache emptied meanwhile), and the page cache dropped.
+func (b *bench) randCold(t *target, key string, f func() (float64, error)) {
 	if t.layout != nil {
 		// Cold means a new process too: nothing in ebbfs's memory, only
 		// what its disk cache kept across the restart.
-		if err := b.remount(t); err != nil {
-			b.measure("rand4k", t, func() (float64, error) { return 0, err })
+		var between func() error
+		if b.o.s3EmptyCache && t.name == "ebbfs-s3" {
+			frames := filepath.Join(t.cache, "frames")
+			between = func() error { return os.RemoveAll(frames) }
+		}
+		if err := b.restart(t, between); err != nil {
+			b.measure(key, t, func() (float64, error) { return 0, err })
 			return
 		}
 	}
 	if err := dropCaches(); err != nil {
-		b.measure("rand4k", t, func() (float64, error) { return 0, err })
+		b.measure(key, t, func() (float64, error) { return 0, err })
 		return
 	}
-	b.measure("rand4k", t, func() (float64, error) { return randRead(b.pat, t.big(), offs) })
+	b.measure(key, t, f)
 }
 
 // remount stops ebbfs cleanly and mounts it again on the same cache

@@ -53,20 +53,21 @@ func (b *bench) hasTarget(name string) bool {
 
 func rowsFor(o options) []row {
 	sz := formatSize(o.size)
-	return []row{
+	return append([]row{
 		// Issue 12's targets for the local store.
 		{"seqwrite", "seq write " + sz + " (1MiB writes) + fsync", false, 0.9},
 		{"coldread", "cold seq read " + sz, false, 1.0},
 		{"warmfd", "warm seq read, same fd", false, 0.9},
 		{"warmopen", "warm seq read, reopened", false, 0.9},
 		{"rand4k", fmt.Sprintf("cold 4KiB random pread x%d, ebbfs remounted", o.randReads), true, 0.8},
+		{"rand4k16", fmt.Sprintf("cold 4KiB random pread x%d, 16 in flight", o.randReads), true, 0},
 		{"create", fmt.Sprintf("create %d x 4KiB files", o.files), true, 0},
 		{"stat", fmt.Sprintf("stat %d files (cold)", o.files), true, 0},
 		{"delete", fmt.Sprintf("delete %d files", o.files), true, 0},
 		{"fsync4k", fmt.Sprintf("4KiB pwrite+fsync x%d", o.fsyncs), true, 0},
 		// Issue 12: time <= 2x the passthrough's, i.e. >= 0.5x its rate.
 		{"overwrite", fmt.Sprintf("rand 4KiB overwrite x%d fsync/%d", o.rwWrites, o.rwFsyncEvery), true, 0.5},
-	}
+	}, dbRows(o)...)
 }
 
 // label is a row's name, for progress lines.
@@ -117,12 +118,7 @@ func number(key string, r result, ok bool) string {
 }
 
 func ratio(m map[string]result, name string) (float64, bool) {
-	a, ok1 := m[name]
-	p, ok2 := m["passthrough"]
-	if !ok1 || !ok2 || a.err != nil || p.err != nil || p.n <= 0 {
-		return 0, false
-	}
-	return a.n / p.n, true
+	return ratioTo(m, name, "passthrough")
 }
 
 func verdict(ok bool) string {
@@ -162,6 +158,9 @@ func (b *bench) report(w io.Writer) {
 		if o.s3EmptyCache {
 			fmt.Fprintln(w, "    its cold sequential read starts with an empty disk cache (-s3-empty-cache): every frame from the store")
 		}
+		if o.s3DiskCache > 0 {
+			fmt.Fprintf(w, "    its disk cache is %s (-s3-disk-cache)\n", formatSize(o.s3DiskCache))
+		}
 	}
 	fmt.Fprintln(w)
 
@@ -171,6 +170,7 @@ func (b *bench) report(w io.Writer) {
 	}
 	b.reportFsync(w)
 	b.reportOverwrite(w)
+	b.reportDB(w)
 	b.reportProcesses(w)
 	b.reportServerSide(w)
 	if s3 {
@@ -535,6 +535,9 @@ func (b *bench) reportOverwrite(w io.Writer) {
 			}
 			line := fmt.Sprintf("time %s %s, uploaded %s %s, store peak %s %s",
 				tr, verdict(ptOK && trx <= 2), up, verdict(v.store != nil && upx <= 2), peak, verdict(xf(s.peak) <= 3))
+			// Issue 34's bounds, on default settings (patched extents).
+			line += fmt.Sprintf("; issue 34: time %s, uploaded %s, peak %s",
+				verdict(ptOK && trx <= 1.5), verdict(v.store != nil && upx <= 1.5), verdict(xf(s.peak) <= 2))
 			if o.rwSettle > 0 || s.settleOK {
 				line += fmt.Sprintf(", settled %s %s", settled, verdict(s.settleOK))
 			} else {
@@ -548,6 +551,7 @@ func (b *bench) reportOverwrite(w io.Writer) {
 		fmt.Fprintf(w, f, t.name, tm, tr, up, upS, peak, end, settled, stime)
 	}
 	fmt.Fprintf(w, f, "issue 12", "", "<= 2x", "<= 2x", "", "<= 3x", "", "<= 1.1x", "")
+	fmt.Fprintf(w, f, "issue 34", "", "<= 1.5x", "<= 1.5x", "", "<= 2x", "", "<= 1.1x", "")
 	for _, v := range vs {
 		fmt.Fprintf(w, "%s: %s\n", v.name, v.line)
 	}

@@ -158,7 +158,7 @@ func killAll() {
 	}
 }
 
-// Helper commands (go build, ebbfs init) that are running, so that
+// Helper commands (go build, ebbfs init, the db group's servers and clients) that are running, so that
 // cleanup can stop them before it removes the work directory.
 var helpers struct {
 	sync.Mutex
@@ -168,31 +168,53 @@ var helpers struct {
 
 // runHelper runs cmd in its own process group and returns its combined
 // output.
-func runHelper(cmd *exec.Cmd) ([]byte, error) {
+func runHelper(cmd *exec.Cmd) ([]byte, error) { return runHelperAs(cmd, nil) }
+
+// runHelperAs is runHelper with the command run as cred's user (if set).
+func runHelperAs(cmd *exec.Cmd, cred *syscall.Credential) ([]byte, error) {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	h, err := startHelper(cmd, cred, syscall.SIGKILL)
+	if err != nil {
+		return nil, err
+	}
+	<-h.done
+	return out.Bytes(), h.err
+}
+
+// helperProc is a helper command started by startHelper.
+type helperProc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once it has exited
+	err  error         // cmd.Wait's, valid once done is closed
+}
+
+// startHelper starts cmd (as cred's user if set) in its own process
+// group, with death signal sig, and registers it, so that cleanup kills
+// its process group. Output goes where cmd.Stdout and cmd.Stderr say.
+func startHelper(cmd *exec.Cmd, cred *syscall.Credential, sig syscall.Signal) (*helperProc, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: sig, Credential: cred}
 	helpers.Lock()
+	defer helpers.Unlock()
 	if helpers.closed {
-		helpers.Unlock()
 		return nil, errors.New("cleaning up")
 	}
 	if err := cmd.Start(); err != nil {
-		helpers.Unlock()
 		return nil, err
 	}
-	done := make(chan struct{})
+	h := &helperProc{cmd: cmd, done: make(chan struct{})}
 	if helpers.m == nil {
 		helpers.m = map[*exec.Cmd]chan struct{}{}
 	}
-	helpers.m[cmd] = done
-	helpers.Unlock()
-	err := cmd.Wait()
-	close(done)
-	helpers.Lock()
-	delete(helpers.m, cmd)
-	helpers.Unlock()
-	return out.Bytes(), err
+	helpers.m[cmd] = h.done
+	go func() {
+		h.err = cmd.Wait()
+		helpers.Lock()
+		delete(helpers.m, cmd)
+		helpers.Unlock()
+		close(h.done)
+	}()
+	return h, nil
 }
 
 // killHelpers kills every running helper's process group and waits for

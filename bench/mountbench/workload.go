@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -56,6 +57,7 @@ type result struct {
 	hwm   int64           // the server's VmHWM after the workload (0: unknown)
 	tries int             // attempts made (warm reads retry when disturbed)
 	ow    *overwriteStats // the random-overwrite workload's other figures
+	count int64           // the db group: commits (or writes) made, for requests per commit
 	err   error
 }
 
@@ -133,26 +135,44 @@ func randOffsets(seed uint64, size int64, n int) []int64 {
 	return out
 }
 
-// randRead preads one verified page at each offset and returns ops/s.
-func randRead(p *pattern, path string, offs []int64) (float64, error) {
+// randRead preads one verified page at each offset, inFlight at a time
+// (from as many goroutines, each taking every inFlight-th offset), and
+// returns ops/s.
+func randRead(p *pattern, path string, offs []int64, inFlight int) (float64, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	buf := make([]byte, pageSize)
-	want := make([]byte, pageSize)
+	errs := make([]error, inFlight)
+	var wg sync.WaitGroup
 	start := time.Now()
-	for _, off := range offs {
-		if _, err := f.ReadAt(buf, off); err != nil {
-			return 0, fmt.Errorf("pread at %d: %w", off, err)
-		}
-		p.fill(want, off)
-		if !bytes.Equal(buf, want) {
-			return 0, fmt.Errorf("wrong data in the page at %d", off)
-		}
+	for w := range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, pageSize)
+			want := make([]byte, pageSize)
+			for i := w; i < len(offs); i += inFlight {
+				off := offs[i]
+				if _, err := f.ReadAt(buf, off); err != nil {
+					errs[w] = fmt.Errorf("pread at %d: %w", off, err)
+					return
+				}
+				p.fill(want, off)
+				if !bytes.Equal(buf, want) {
+					errs[w] = fmt.Errorf("wrong data in the page at %d", off)
+					return
+				}
+			}
+		}()
 	}
-	return opsps(len(offs), time.Since(start)), nil
+	wg.Wait()
+	d := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return opsps(len(offs), d), nil
 }
 
 // smallName is the name of the i-th small file.

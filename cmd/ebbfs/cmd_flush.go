@@ -22,7 +22,9 @@ func newFlushCmd(g *globalFlags) *cobra.Command {
 		Short: "Ask the running writer to make everything written so far durable",
 		Long: `Run a durability barrier in the running writer (over its admin socket):
 when flush exits 0, every write that completed before it started is in the
-object store. Exits non-zero if no writer runs or the barrier fails.`,
+object store. Exits non-zero if no writer runs or the barrier fails. A
+read-only replica or checkpoint reader writes nothing: flush says so and
+exits 0 without a barrier.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.load()
@@ -31,7 +33,16 @@ object store. Exits non-zero if no writer runs or the barrier fails.`,
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			defer cancel()
-			if err := adminClient(c).Flush(ctx); err != nil {
+			cl := adminClient(c)
+			st, err := cl.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if st.ReadOnly {
+				fmt.Fprintf(cmd.OutOrStdout(), "nothing to flush: the process at %s is read-only (it writes nothing); flush the writer instead\n", st.Mountpoint)
+				return nil
+			}
+			if err := cl.Flush(ctx); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "flushed")

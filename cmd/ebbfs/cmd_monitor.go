@@ -43,8 +43,11 @@ Without a terminal (a pipe, or --plain) it prints one line per sample;
 			if interval < 100*time.Millisecond {
 				return &usageError{fmt.Errorf("--interval %s is below 100ms", interval)}
 			}
-			cl := adminClient(c)
 			tty := !plain && isTerminal(os.Stdout) && isTerminal(os.Stdin)
+			if count < 0 || (count > 0 && tty) {
+				return &usageError{fmt.Errorf("--count %d: give a positive count, for the line-per-sample output (add --plain on a terminal)", count)}
+			}
+			cl := adminClient(c)
 			if tty {
 				return monitor.RunTUI(cl, interval)
 			}

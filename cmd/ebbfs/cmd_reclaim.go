@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -32,18 +33,23 @@ summary. Safety rules (deadlines, checkpoints) are the same as always.`,
 				return err
 			}
 			var st reclaim.CycleStats
-			if err := adminClient(c).Do(context.Background(), http.MethodPost, telemetry.RouteReclaimRun, struct{}{}, &st); err != nil {
+			cl := adminClient(c)
+			if err := withReclaimProgress(cl, "cycle", func() error {
+				return cl.Do(context.Background(), http.MethodPost, telemetry.RouteReclaimRun, struct{}{}, &st)
+			}); err != nil {
 				return err
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), st)
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "cycle: %d counters scanned, %d dead, %d deleted (%s freed), %d repacks (%d failed), %d frames relocated, took %s\n",
-				st.Counters, st.Dead, st.Deleted, monitor.HumanBytes(st.BytesFreed), st.Repacks, st.RepackFailed, st.RelocatedFrames, st.Duration.Round(time.Millisecond))
+			var space *telemetry.SpaceReply
 			if st.Paused {
-				fmt.Fprintf(w, "deletion and repack paused by persistent checkpoint(s): %v\n", st.PinnedBy)
+				var rep telemetry.SpaceReply
+				if adminClient(c).Do(context.Background(), http.MethodGet, telemetry.RouteSpace, nil, &rep) == nil {
+					space = &rep
+				}
 			}
+			printCycle(cmd.OutOrStdout(), st, space)
 			return nil
 		},
 	}
@@ -59,7 +65,10 @@ summary. Safety rules (deadlines, checkpoints) are the same as always.`,
 				return err
 			}
 			var st reclaim.SweepStats
-			if err := adminClient(c).Do(context.Background(), http.MethodPost, telemetry.RouteReclaimSweep, struct{}{}, &st); err != nil {
+			cl := adminClient(c)
+			if err := withReclaimProgress(cl, "sweep", func() error {
+				return cl.Do(context.Background(), http.MethodPost, telemetry.RouteReclaimSweep, struct{}{}, &st)
+			}); err != nil {
 				return err
 			}
 			if sweepJSON {
@@ -73,4 +82,29 @@ summary. Safety rules (deadlines, checkpoints) are the same as always.`,
 	sweep.Flags().BoolVar(&sweepJSON, "json", false, "print JSON")
 	cmd.AddCommand(run, sweep)
 	return cmd
+}
+
+// printCycle prints a cycle's summary and what it left undone, and why.
+func printCycle(w io.Writer, st reclaim.CycleStats, space *telemetry.SpaceReply) {
+	fmt.Fprintf(w, "cycle: %d counters scanned, %d dead, %d deleted (%s freed), %d repacks (%d failed), %d frames relocated, took %s\n",
+		st.Counters, st.Dead, st.Deleted, monitor.HumanBytes(st.BytesFreed), st.Repacks, st.RepackFailed, st.RelocatedFrames, st.Duration.Round(time.Millisecond))
+	if st.Paused {
+		for _, name := range st.PinnedBy {
+			held := ""
+			if space != nil {
+				held = fmt.Sprintf(", holding %s", monitor.HumanBytes(space.Pinned[name]))
+			}
+			fmt.Fprintf(w, "not done: deletion and repack are paused by persistent checkpoint %s%s (delete it to resume: ebbfs checkpoint delete %s)\n", name, held, name)
+		}
+	} else if st.Blocked != "" {
+		fmt.Fprintf(w, "not done: nothing reclaimed: %s\n", st.Blocked)
+	}
+	if st.Waiting > 0 {
+		fmt.Fprintf(w, "not done: %d dead segments (%s) wait for their deadline, the first in %s (the grace period that lets readers finish)\n",
+			st.Waiting, monitor.HumanBytes(st.WaitingBytes), st.NextDeadline.Round(time.Second))
+	}
+	if st.Cooling > 0 {
+		fmt.Fprintf(w, "not done: %d fragmented segments are still losing frames (cooling) and are repacked once settled, the first in %s\n",
+			st.Cooling, st.CoolIn.Round(time.Second))
+	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func newSpaceCmd(g *globalFlags) *cobra.Command {
-	var asJSON bool
+	var asJSON, cost bool
 	cmd := &cobra.Command{
 		Use:   "space",
 		Short: "Show where the filesystem's bytes are (live, fragmented, dead, pinned)",
@@ -29,14 +29,14 @@ func newSpaceCmd(g *globalFlags) *cobra.Command {
 			if err := adminClient(c).Do(context.Background(), http.MethodGet, telemetry.RouteSpace, nil, &rep); err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd.OutOrStdout(), rep)
+			if cost {
+				return spaceCost(cmd.OutOrStdout(), c, rep, asJSON)
 			}
-			printSpace(cmd.OutOrStdout(), rep)
-			return nil
+			return emit(cmd.OutOrStdout(), asJSON, rep, func(w io.Writer) { printSpace(w, rep) })
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&cost, "cost", false, "also estimate the monthly bill from the footprint and request rates ([pricing]; with --json, only the estimate)")
 	return cmd
 }
 
@@ -48,6 +48,10 @@ func printSpace(w io.Writer, r telemetry.SpaceReply) {
 	fmt.Fprintf(tw, "dead segments (deletion's work)\t%d, %s\n", r.DeadSegments, monitor.HumanBytes(r.DeadBytes))
 	if r.AwaitingSegments > 0 {
 		fmt.Fprintf(tw, "awaiting their deadline\t%d, %s, first due %s\n", r.AwaitingSegments, monitor.HumanBytes(r.AwaitingBytes), r.EarliestDeadline.Local().Format(time.RFC3339))
+	}
+	if r.HeldBy != "" {
+		fmt.Fprintf(tw, "held back by ttl checkpoint %s\t%s awaiting: dead segments wait %s (its span + 30 s) while it lives; it expires %s\n",
+			r.HeldBy, monitor.HumanBytes(r.AwaitingBytes), r.HeldGrace.Round(time.Second), r.HeldUntil.Local().Format(time.RFC3339))
 	}
 	for name, b := range r.Pinned {
 		fmt.Fprintf(tw, "pinned by checkpoint %s\t%s\n", name, monitor.HumanBytes(b))

@@ -15,12 +15,14 @@ func newUpgradeCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "upgrade",
 		Short: "Move the filesystem to this build's store format",
-		Long: fmt.Sprintf(`Move the filesystem's descriptor to store format %d, which lets the
-writer seal extents of data that does not compress in 4 KiB pieces, so that
-small random reads read only what they need (docs/FORMAT.md). The password
-comes from the configuration and is checked first. Nothing else is
-rewritten: data already stored stays as it is and reads as before, and the
-writer seals new data in pieces from its next start.
+		Long: fmt.Sprintf(`Move the filesystem's descriptor to store format %d (docs/FORMAT.md). Format 3
+lets the writer seal extents of data that does not compress in 4 KiB pieces,
+so that small random reads read only what they need; format 4 lets an
+extent's value hold patches, so that a write into part of an extent can be
+stored as only its bytes (docs/PATCHES.md). The password comes from the
+configuration and is checked first; upgrade prints what changes for the
+filesystem. Nothing else is rewritten: data already stored stays as it is
+and reads as before, and the writer uses the new format from its next start.
 
 Builds that do not know format %d refuse to mount the filesystem once it is
 upgraded: upgrade after every machine that mounts it (writer and replicas)
@@ -47,7 +49,11 @@ runs this build.`, keys.FormatVersion, keys.FormatVersion),
 				fmt.Fprintf(cmd.OutOrStdout(), "%s is already at store format %d\n", c.Storage.URL, to)
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "upgraded %s from store format %d to %d; a running writer seals new data in pieces from its next start\n", c.Storage.URL, from, to)
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "upgraded %s from store format %d to %d; a running writer uses it from its next start\n", c.Storage.URL, from, to)
+			for _, l := range keys.UpgradeChanges(from) {
+				fmt.Fprintf(out, "  %s\n", l)
+			}
 			return nil
 		},
 	}

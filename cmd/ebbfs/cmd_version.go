@@ -25,12 +25,26 @@ func versionString() string {
 	return v
 }
 
+// versionInfo is `version --json`.
+type versionInfo struct {
+	Version     string `json:"version"`
+	StoreFormat int    `json:"store_format"`
+	Go          string `json:"go"`
+	OS          string `json:"os"`
+	Arch        string `json:"arch"`
+	TestTags    string `json:"test_tags,omitempty"`
+}
+
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), versionInfo{versionString(), keys.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH, daemon.TestTags})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "ebbfs %s (store format %d, %s, %s/%s)\n", versionString(), keys.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 			if daemon.TestTags != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "TEST BUILD, tags: %s (failpoints and the test time scale; not for production)\n", daemon.TestTags)
@@ -38,4 +52,6 @@ func newVersionCmd() *cobra.Command {
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }

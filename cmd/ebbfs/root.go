@@ -12,8 +12,11 @@ import (
 	"ebbfs.dev/ebbfs/internal/config"
 )
 
-// DefaultConfigPath is used when -c is not given.
+// DefaultConfigPath is used when neither -c nor EBBFS_CONFIG is given.
 const DefaultConfigPath = "/etc/ebbfs/ebbfs.toml"
+
+// ConfigEnv names the configuration file when -c is not given.
+const ConfigEnv = "EBBFS_CONFIG"
 
 type globalFlags struct {
 	config   string
@@ -35,12 +38,13 @@ func newRootCmd() *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &usageError{fmt.Errorf("%w\nrun '%s --help' for usage", err, c.CommandPath())}
 	})
-	root.PersistentFlags().StringVarP(&g.config, "config", "c", DefaultConfigPath, "configuration file")
+	root.PersistentFlags().StringVarP(&g.config, "config", "c", "", "configuration file (default: $"+ConfigEnv+", else "+DefaultConfigPath+")")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", envOr("EBBFS_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	root.AddCommand(
 		newInitCmd(g),
 		newRunCmd(g),
 		newFlushCmd(g),
+		newPromoteCmd(g),
 		newStatusCmd(g),
 		newVersionCmd(),
 		newChangePasswordCmd(g),
@@ -51,7 +55,9 @@ func newRootCmd() *cobra.Command {
 		newReclaimCmd(g),
 		newSpaceCmd(g),
 		newMonitorCmd(g),
+		newTraceCmd(g),
 		newConfigCmd(g),
+		newMirrorCmd(g),
 	)
 	return root
 }
@@ -63,11 +69,29 @@ func envOr(k, def string) string {
 	return def
 }
 
+// configPath returns the configuration file to read and where its name
+// came from: -c, then EBBFS_CONFIG, then /etc/ebbfs/ebbfs.toml.
+func (g *globalFlags) configPath() (path, from string) {
+	if g.config != "" {
+		return g.config, "-c"
+	}
+	if p := os.Getenv(ConfigEnv); p != "" {
+		return p, ConfigEnv
+	}
+	return DefaultConfigPath, ""
+}
+
 func (g *globalFlags) load() (*config.Config, error) {
-	c, err := config.Load(g.config)
+	p, from := g.configPath()
+	c, err := config.Load(p)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) && g.config == DefaultConfigPath {
-			return nil, fmt.Errorf("%w (give the configuration file with -c)", err)
+		if errors.Is(err, os.ErrNotExist) {
+			switch from {
+			case "":
+				return nil, fmt.Errorf("%w (give the configuration file with -c, or export %s=/path/to/ebbfs.toml)", err, ConfigEnv)
+			case ConfigEnv:
+				return nil, fmt.Errorf("%w (the file named by %s)", err, ConfigEnv)
+			}
 		}
 		return nil, err
 	}

@@ -22,6 +22,12 @@
  *   EPHEMERAL_CREATE              the admin creates an ephemeral checkpoint (ttl CSPAN)
  *   REPLICA_PIN_RACE              the replica's record is written after its first view
  *   LIVENESS                      include the liveness claim (run with -a -f)
+ *   PATCHES                       writes may be patches: an extent's value is a base
+ *                                 frame and a patch frame, each a reference into its
+ *                                 segment; a merge folds them into one whole frame
+ *   MUTANT_MERGE_NO_GRACE         (with PATCHES) once a merge's commit is journaled, the
+ *                                 segment of the patch it folded is deleted at once when
+ *                                 nothing current references it, without a deadline
  */
 
 #ifndef NE
@@ -73,8 +79,11 @@ byte nextid = 2;                /* segment ids grow across restarts */
 bool everdur[NS+1];             /* ghost: a counter for s was ever durable */
 bool stall;                     /* journal PUTs fail (STALLS only) */
 
-/* durable metadata: the state the journal objects describe */
+/* durable metadata: the state the journal objects describe; an
+   extent's value is a base (dseg, dver) and, with PATCHES, a patch
+   (dpseg, dpver; segment 0: none), newer than the base */
 byte dseg[NE]; byte dver[NE];
+byte dpseg[NE]; byte dpver[NE];
 bool dhas[NS+1]; short dlive[NS+1];
 byte jlast;                     /* slot whose epoch owns the next journal sequence */
 bool jnew;                      /* a journal was written since the recovering writer replayed */
@@ -88,6 +97,9 @@ byte idlimit[NW];               /* ids this slot knows (zombie: frozen at takeov
 byte cseg[NW*NE]; byte cver[NW*NE];
 #define CS(w,e) cseg[(w)*NE+(e)]
 #define CV(w,e) cver[(w)*NE+(e)]
+byte cpseg[NW*NE]; byte cpver[NW*NE];      /* the current patch of extent e (PATCHES) */
+#define CP(w,e) cpseg[(w)*NE+(e)]
+#define CPV(w,e) cpver[(w)*NE+(e)]
 bool chas[NW*(NS+1)]; short clive[NW*(NS+1)]; byte dl[NW*(NS+1)];
 #define CH(w,s) chas[(w)*(NS+1)+(s)]
 #define CL(w,s) clive[(w)*(NS+1)+(s)]
@@ -95,6 +107,10 @@ bool chas[NW*(NS+1)]; short clive[NW*(NS+1)]; byte dl[NW*(NS+1)];
 byte dirty[NW*NE]; byte flushing[NW*NE];
 #define DI(w,e) dirty[(w)*NE+(e)]
 #define FL(w,e) flushing[(w)*NE+(e)]
+bool dpatch[NW*NE]; bool fpatch[NW*NE];   /* the dirty / in-flight buffer is a patch */
+#define DP(w,e) dpatch[(w)*NE+(e)]
+#define FP(w,e) fpatch[(w)*NE+(e)]
+byte mdrop[NW];                 /* MUTANT_MERGE_NO_GRACE: patch segments a merge folded */
 bool pend[NW]; byte pendAge[NW];
 byte inflight[NW];
 byte fph[NW]; byte fseg[NW];
@@ -110,24 +126,27 @@ byte stalls = NSTALLS;
 bool quiet;                     /* writes, crashes and faults have stopped for good */
 
 /* checkpoint made by the admin (checkpoint.Create) */
-byte ckph; byte ckkind; bool ckrec; byte ckage; byte ckseg[NE];
+byte ckph; byte ckkind; bool ckrec; byte ckage; byte ckseg[NE]; byte ckpseg[NE];
 /* the replica (or an in-flight read of the writer) */
 bool rrec = 1;                  /* the replica's ephemeral record is in the list */
 byte vph; byte vseg; byte vage;
 
 /* ---------------- helpers ---------------- */
 #define NFR(s) ((FV(s,0) != 0) + (FV(s,1) != 0))
-#define REFS(w,s) ((CS(w,0) == (s)) + (CS(w,1) == (s)))
+#define REFS(w,s) ((CS(w,0) == (s)) + (CS(w,1) == (s)) + (CP(w,0) == (s)) + (CP(w,1) == (s)))
+/* the newest version an extent's value holds: its patch's, else its base's */
+#define NEWV(w,e) (CP(w,e) != 0 -> CPV(w,e) : CV(w,e))
+#define DNEWV(e) (dpseg[e] != 0 -> dpver[e] : dver[e])
 #define NODIRTY(w) (DI(w,0) == 0 && DI(w,1) == 0)
 
 /* the safety property at every DELETE of segment s */
 inline check_delete(s) {
 	/* current state of the lease holder, and the durable state */
-	assert(!ready[aw] || (CS(aw,0) != s && CS(aw,1) != s));
-	assert(dseg[0] != s && dseg[1] != s);
+	assert(!ready[aw] || (CS(aw,0) != s && CS(aw,1) != s && CP(aw,0) != s && CP(aw,1) != s));
+	assert(dseg[0] != s && dseg[1] != s && dpseg[0] != s && dpseg[1] != s);
 	/* a checkpoint's manifest: persistent while its record exists,
 	   ephemeral while it has not expired */
-	assert(!(ckrec && (ckkind == PERSISTENT || ckage < CSPAN) && (ckseg[0] == s || ckseg[1] == s)));
+	assert(!(ckrec && (ckkind == PERSISTENT || ckage < CSPAN) && (ckseg[0] == s || ckseg[1] == s || ckpseg[0] == s || ckpseg[1] == s)));
 	/* a read in flight (replica view, or the writer's own read) */
 	assert(!(vph == 1 && vseg == s && vage <= RREAD));
 }
@@ -143,8 +162,9 @@ inline journal(w) {
 	if
 	:: jlast == w ->
 		dseg[0] = CS(w,0); dver[0] = CV(w,0); dseg[1] = CS(w,1); dver[1] = CV(w,1);
-		if :: CV(w,0) > ackv[0] -> ackv[0] = CV(w,0) :: else fi;
-		if :: CV(w,1) > ackv[1] -> ackv[1] = CV(w,1) :: else fi;
+		dpseg[0] = CP(w,0); dpver[0] = CPV(w,0); dpseg[1] = CP(w,1); dpver[1] = CPV(w,1);
+		if :: NEWV(w,0) > ackv[0] -> ackv[0] = NEWV(w,0) :: else fi;
+		if :: NEWV(w,1) > ackv[1] -> ackv[1] = NEWV(w,1) :: else fi;
 		k = 1;
 		do
 		:: k <= NS -> dhas[k] = CH(w,k); dlive[k] = CL(w,k);
@@ -160,7 +180,9 @@ inline journal(w) {
 /* recovery: manifest + journal replay gives the durable state */
 inline replay(w) {
 	CS(w,0) = dseg[0]; CV(w,0) = dver[0]; CS(w,1) = dseg[1]; CV(w,1) = dver[1];
+	CP(w,0) = dpseg[0]; CPV(w,0) = dpver[0]; CP(w,1) = dpseg[1]; CPV(w,1) = dpver[1];
 	DI(w,0) = 0; DI(w,1) = 0; FL(w,0) = 0; FL(w,1) = 0;
+	DP(w,0) = 0; DP(w,1) = 0; FP(w,0) = 0; FP(w,1) = 0; mdrop[w] = 0;
 	k = 1;
 	do
 	:: k <= NS -> CH(w,k) = dhas[k]; CL(w,k) = dlive[k]; DL(w,k) = NODL; k++
@@ -175,9 +197,11 @@ inline kill(w) {
 	cph[w] = 0; cutoff[w] = 0; grace[w] = 0; paused[w] = 0; due[w] = 0; cand[w] = 0;
 	cs[w] = 0; dph[w] = 0; rph[w] = 0; rsrc[w] = 0; rout[w] = 0; rmask[w] = 0; rfail[w] = 0;
 	sph[w] = 0; shor[w] = 0; ss[w] = 0; sweepturn[w] = 0; idlimit[w] = 0; trig[w] = 0; sfail[w] = 0;
+	mdrop[w] = 0;
 	k = 0;
 	do
-	:: k < NE -> CS(w,k) = 0; CV(w,k) = 0; DI(w,k) = 0; FL(w,k) = 0; k++
+	:: k < NE -> CS(w,k) = 0; CV(w,k) = 0; DI(w,k) = 0; FL(w,k) = 0;
+		CP(w,k) = 0; CPV(w,k) = 0; DP(w,k) = 0; FP(w,k) = 0; k++
 	:: else -> break
 	od;
 	k = 1;
@@ -202,6 +226,16 @@ proctype Engine(byte w)
 	/* [W] write: data in memory only (fs write path) */
 	:: atomic { ready[w] && w == aw && ops > 0 && !quiet ->
 		if :: e = 0 :: e = 1 fi;
+#ifdef PATCHES
+		/* a write into part of an extent that is not in memory keeps
+		   only its bytes: a patch (fs patchable); one into a buffer
+		   keeps the buffer's kind; one into an extent in flight is whole */
+		if
+		:: DI(w,e) == 0 && FL(w,e) == 0 -> if :: DP(w,e) = 1 :: DP(w,e) = 0 fi
+		:: DI(w,e) == 0 && FL(w,e) != 0 -> DP(w,e) = 0
+		:: else
+		fi;
+#endif
 		gver[e]++; DI(w,e) = gver[e]; ops--; e = 0 }
 	/* [X] delete / punch / small unlink: pointer removed and counter
 	   debited in one transaction (a zombie may do this too) */
@@ -211,14 +245,20 @@ proctype Engine(byte w)
 		:: CS(w,e) != 0 -> CL(w,CS(w,e)) = CL(w,CS(w,e)) - 1; trig[w] = 1
 		:: else
 		fi;
+		if
+		:: CP(w,e) != 0 -> CL(w,CP(w,e)) = CL(w,CP(w,e)) - 1; trig[w] = 1
+		:: else
+		fi;
 		gver[e]++; CS(w,e) = 0; CV(w,e) = gver[e]; DI(w,e) = 0; FL(w,e) = 0;
+		CP(w,e) = 0; CPV(w,e) = 0; DP(w,e) = 0; FP(w,e) = 0;
 		pend[w] = 1; ops--; e = 0 }
 	/* [F1] seal: allocate an id (in flight), take the dirty extents; [F2] upload */
 	:: atomic { ready[w] && w == aw && fph[w] == 0 && !NODIRTY(w) && nextid <= NS ->
 		fseg[w] = nextid; nextid++; inflight[w] = inflight[w] | BIT(fseg[w]);
 		e = 0;
 		do
-		:: e < NE -> FV(fseg[w],e) = DI(w,e); FL(w,e) = DI(w,e); DI(w,e) = 0; e++
+		:: e < NE -> FV(fseg[w],e) = DI(w,e); FL(w,e) = DI(w,e); DI(w,e) = 0;
+			FP(w,e) = DP(w,e); DP(w,e) = 0; e++
 		:: else -> break
 		od;
 		e = 0; obj[fseg[w]] = PRESENT; fph[w] = 2 }
@@ -229,12 +269,26 @@ proctype Engine(byte w)
 		:: e < NE ->
 			if
 			:: FV(fseg[w],e) != 0 && FL(w,e) == FV(fseg[w],e) ->
+				/* a patch drops the older patch it covers (the model
+				   keeps one), a whole frame drops the base and the patch */
 				if
-				:: CS(w,e) != 0 -> CL(w,CS(w,e)) = CL(w,CS(w,e)) - 1
+				:: CP(w,e) != 0 -> CL(w,CP(w,e)) = CL(w,CP(w,e)) - 1;
+#ifdef MUTANT_MERGE_NO_GRACE
+					if :: !FP(w,e) -> mdrop[w] = mdrop[w] | BIT(CP(w,e)) :: else fi;
+#endif
+					CP(w,e) = 0; CPV(w,e) = 0
 				:: else
 				fi;
-				CS(w,e) = fseg[w]; CV(w,e) = FV(fseg[w],e);
-				CL(w,fseg[w]) = CL(w,fseg[w]) + 1; FL(w,e) = 0
+				if
+				:: FP(w,e) -> CP(w,e) = fseg[w]; CPV(w,e) = FV(fseg[w],e)
+				:: else ->
+					if
+					:: CS(w,e) != 0 -> CL(w,CS(w,e)) = CL(w,CS(w,e)) - 1
+					:: else
+					fi;
+					CS(w,e) = fseg[w]; CV(w,e) = FV(fseg[w],e)
+				fi;
+				CL(w,fseg[w]) = CL(w,fseg[w]) + 1; FL(w,e) = 0; FP(w,e) = 0
 			:: else
 			fi;
 			e++
@@ -245,6 +299,32 @@ proctype Engine(byte w)
 		inflight[w] = inflight[w] & ~BIT(fseg[w]); fseg[w] = 0; fph[w] = 0 }
 	/* [J] the periodic barrier (and fsync) */
 	:: atomic { ready[w] && pend[w] && !fenced[w] && !stall -> journal(w) }
+#ifdef PATCHES
+	/* [M] merge: a patched extent that nothing in memory holds becomes a
+	   whole dirty buffer of its bytes (its newest version); the next
+	   seal writes it as one frame and its commit drops base and patch */
+	:: atomic { ready[w] && w == aw && !quiet && CP(w,0) != 0 && DI(w,0) == 0 && FL(w,0) == 0 ->
+		DI(w,0) = CPV(w,0); DP(w,0) = 0 }
+	:: atomic { ready[w] && w == aw && !quiet && CP(w,1) != 0 && DI(w,1) == 0 && FL(w,1) == 0 ->
+		DI(w,1) = CPV(w,1); DP(w,1) = 0 }
+#endif
+#ifdef MUTANT_MERGE_NO_GRACE
+	/* once the merge is journaled, the folded patch's segment goes at
+	   once if nothing current references it: no deadline, no grace */
+	:: atomic { mdrop[w] != 0 && !pend[w] && !fenced[w] ->
+		k = 1;
+		do
+		:: k <= NS ->
+			if
+			:: (mdrop[w] & BIT(k)) && CH(w,k) && CL(w,k) <= 0 && REFS(w,k) == 0 && obj[k] == PRESENT ->
+				do_delete(k); CH(w,k) = 0; CL(w,k) = 0; DL(w,k) = NODL; pend[w] = 1
+			:: else
+			fi;
+			k++
+		:: else -> break
+		od;
+		k = 0; mdrop[w] = 0 }
+#endif
 	od
 }
 
@@ -261,6 +341,9 @@ inline repoint(w) {
 			if
 			:: (rmask[w] & BIT(e)) && CS(w,e) == rsrc[w] && CV(w,e) == FV(rsrc[w],e) ->
 				CS(w,e) = rout[w]; CL(w,rsrc[w]) = CL(w,rsrc[w]) - 1;
+				CL(w,rout[w]) = CL(w,rout[w]) + 1
+			:: (rmask[w] & BIT(e)) && CP(w,e) == rsrc[w] && CPV(w,e) == FV(rsrc[w],e) ->
+				CP(w,e) = rout[w]; CL(w,rsrc[w]) = CL(w,rsrc[w]) - 1;
 				CL(w,rout[w]) = CL(w,rout[w]) + 1
 			:: else
 			fi;
@@ -440,6 +523,7 @@ proctype Reclaimer(byte w)
 			:: e < NE ->
 				if
 				:: CS(w,e) == rsrc[w] && CV(w,e) == FV(rsrc[w],e) -> rmask[w] = rmask[w] | BIT(e)
+				:: CP(w,e) == rsrc[w] && CPV(w,e) == FV(rsrc[w],e) -> rmask[w] = rmask[w] | BIT(e)
 				:: else
 				fi;
 				e++
@@ -563,7 +647,7 @@ proctype Life()
 		if
 		:: jnew -> replay(aw); jnew = 0
 		:: else -> jlast = aw; ready[aw] = 1;
-			assert(CV(aw,0) >= ackv[0] && CV(aw,1) >= ackv[1])   /* no acknowledged write lost */
+			assert(NEWV(aw,0) >= ackv[0] && NEWV(aw,1) >= ackv[1])   /* no acknowledged write lost */
 		fi }
 	/* the zombie's lease heartbeat notices the takeover */
 	:: atomic { alive[1 - aw] && !fenced[1 - aw] -> fenced[1 - aw] = 1 }
@@ -608,7 +692,11 @@ proctype Replica()
 	do
 	:: atomic { vph == 0 && !quiet ->
 		if :: e = 0 :: e = 1 fi;
+#ifdef PATCHES
+		if :: vseg = dseg[e] :: vseg = dpseg[e] fi;    /* either frame of the value */
+#else
 		vseg = dseg[e];
+#endif
 		e = 0;
 		if :: vseg != 0 -> vph = 1; vage = 0 :: else fi }
 #ifdef REPLICA_PIN_RACE
@@ -625,7 +713,8 @@ proctype Admin()
 {
 	do
 	:: atomic { ckph == 0 && !quiet && ready[aw] && !pend[aw] && NODIRTY(aw) && fph[aw] == 0 && !stall ->
-		ckseg[0] = dseg[0]; ckseg[1] = dseg[1]; ckage = 0; ckph = 1 }
+		ckseg[0] = dseg[0]; ckseg[1] = dseg[1]; ckpseg[0] = dpseg[0]; ckpseg[1] = dpseg[1];
+		ckage = 0; ckph = 1 }
 	:: atomic { ckph == 1 && ckage <= MPR -> ckrec = 1; ckph = 2 }
 	:: atomic { ckph == 1 && ckage > MPR -> ckph = 3 }     /* too slow: removed, failed */
 	/* checkpoint.Delete (a persistent one; an ephemeral one just expires) */
@@ -657,9 +746,11 @@ proctype Env()
 }
 
 #define PTR_OK(p) ((p) == 0 || obj[p] == PRESENT)
-#define INV ((!ready[aw] || (PTR_OK(CS(aw,0)) && PTR_OK(CS(aw,1)))) && PTR_OK(dseg[0]) && PTR_OK(dseg[1]) && \
-	dver[0] >= ackv[0] && dver[1] >= ackv[1] && \
-	!(ckrec && (ckkind == PERSISTENT || ckage < CSPAN) && !(PTR_OK(ckseg[0]) && PTR_OK(ckseg[1]))) && \
+#define INV ((!ready[aw] || (PTR_OK(CS(aw,0)) && PTR_OK(CS(aw,1)) && PTR_OK(CP(aw,0)) && PTR_OK(CP(aw,1)))) && \
+	PTR_OK(dseg[0]) && PTR_OK(dseg[1]) && PTR_OK(dpseg[0]) && PTR_OK(dpseg[1]) && \
+	DNEWV(0) >= ackv[0] && DNEWV(1) >= ackv[1] && \
+	!(ckrec && (ckkind == PERSISTENT || ckage < CSPAN) && \
+	  !(PTR_OK(ckseg[0]) && PTR_OK(ckseg[1]) && PTR_OK(ckpseg[0]) && PTR_OK(ckpseg[1]))) && \
 	!(VLIVE && obj[vseg] != PRESENT))
 
 #ifndef LIVENESS
@@ -670,7 +761,7 @@ active proctype Monitor()
 #endif
 
 #ifdef LIVENESS
-#define GOK(s) (obj[s] != PRESENT || CS(aw,0) == s || CS(aw,1) == s)
+#define GOK(s) (obj[s] != PRESENT || CS(aw,0) == s || CS(aw,1) == s || CP(aw,0) == s || CP(aw,1) == s)
 ltl live { [] (quiet -> <> (GOK(1) && GOK(2) && GOK(3) && GOK(4))) }
 #endif
 

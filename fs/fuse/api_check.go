@@ -22,6 +22,9 @@ var (
 	_ = (fs.NodeOnForgetter)((*Node)(nil))
 
 	_ = (fs.NodeCreater)((*Node)(nil))
+	_ = (fs.NodeTmpfiler)((*Node)(nil))
+	_ = (fs.NodeLookupNoder)((*Node)(nil))
+	_ = (fs.NodeLookupParenter)((*Node)(nil))
 	_ = (fs.NodeOpener)((*Node)(nil))
 	_ = (fs.NodeReader)((*Node)(nil))
 	_ = (fs.NodeWriter)((*Node)(nil))

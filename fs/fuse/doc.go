@@ -31,13 +31,17 @@
 //   - Every open and create registers with the engine (Open) and every
 //     release ends it (Release, never cancelled), so an unlinked file stays
 //     readable until its last close and is deleted then.
-//   - fsync and fsyncdir run the engine's barrier; flush (close) does
-//     nothing, since writes are already in the engine.
+//   - fsync and fsyncdir run Engine.Sync: nothing when the inode has
+//     nothing to make durable, otherwise the engine's barrier (shared with
+//     the fsyncs that overlap it); flush (close) does nothing, since
+//     writes are already in the engine.
 //   - Interrupts (interrupt.go): a call may return EINTR only while it has
 //     changed nothing. fsync, fdatasync, fsyncdir and msync run the barrier
 //     to its end and return its real result; every namespace and attribute
-//     change runs to its end; write and copy_file_range return the bytes
-//     already copied; reads and lookups may be cut short. Release ignores
+//     change runs to its end; write and copy_file_range honour an
+//     interrupt only after WriteInterruptAfter (a fatal signal at once)
+//     and return the bytes already copied; reads and lookups may be cut
+//     short. Release ignores
 //     interrupts.
 //   - Engine errors outside the documented sentinels become EIO and are
 //     logged once, at error level, with the operation and inode; ENOSPC and

@@ -40,7 +40,9 @@ var errnoTable = []struct {
 // shutting down), which is an I/O error to the caller and worth the log
 // line toErrno writes. Every other sentinel has a row in errnoTable; a test
 // holds the two lists to the engine's exported Err variables.
-var eioSentinels = []error{ebbfs.ErrFenced, ebbfs.ErrClosed}
+// ErrRestoreGone is a restore's refusal (checkpoint restore, over the
+// admin endpoint); no FUSE operation returns it.
+var eioSentinels = []error{ebbfs.ErrFenced, ebbfs.ErrClosed, ebbfs.ErrRestoreGone}
 
 // toErrno converts an engine error into the errno returned to the kernel.
 // This is the only place where errors become errno values. Errors that are

@@ -19,14 +19,26 @@ import (
 // unlinked file's data until the last close.
 type handle struct {
 	flags uint32 // open(2) flags as the kernel sent them
+	// mark is the engine's restore count at open: a restore since that
+	// changed the file makes the handle's writes fail (fs/restore_marks.go).
+	mark uint64
 }
 
 // open registers a new open of ino with the engine.
 func (n *Node) open(ctx context.Context, flags uint32) (*handle, syscall.Errno) {
+	mark := n.fsys.e.RestoreMark()
 	if err := n.fsys.e.Open(ctx, n.ino()); err != nil {
 		return nil, n.fsys.toErrno(err, "open", n.ino())
 	}
-	return &handle{flags: flags}, 0
+	return &handle{flags: flags, mark: mark}, 0
+}
+
+// stale reports whether f was opened before a checkpoint restore changed
+// n: its writes fail with ESTALE. Its reads see the restored contents,
+// since the kernel's page cache is the inode's, not the handle's.
+func (n *Node) stale(f fs.FileHandle) bool {
+	h, ok := f.(*handle)
+	return ok && n.fsys.e.StaleSince(n.ino(), h.mark)
 }
 
 func (n *Node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -198,15 +210,22 @@ func (n *Node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	if uint64(off)+uint64(len(data)) > ebbfs.MaxFileSize {
 		return 0, syscall.EFBIG
 	}
-	if uid, _ := caller(ctx); uid != 0 && hasPrivs(n.mode.Load()) {
-		if errno := n.dropPrivs(keep(ctx)); errno != 0 {
+	if n.stale(f) {
+		return 0, syscall.ESTALE
+	}
+	if n.mayHaveSetID() {
+		if errno := n.dropPrivs(keep(ctx), "write"); errno != 0 {
 			return 0, errno
 		}
 		// The mode changed: the write may no longer end in EINTR.
 		ctx = keep(ctx)
 	}
-	// The request context: the engine honours an interrupt only before it
-	// copies anything, and reports the bytes copied otherwise.
+	// A patient request context: an interrupt counts only once the write
+	// has waited WriteInterruptAfter (or is a fatal signal), and the
+	// engine then honours it only before it copies anything, reporting
+	// the bytes copied otherwise.
+	ctx, end := n.fsys.patient(ctx)
+	defer end()
 	nw, err := n.fsys.e.Write(ctx, n.ino(), data, off)
 	if nw < 0 || nw > len(data) {
 		return 0, n.fsys.toErrno(errors.New("engine write returned a bad count"), "write", n.ino())
@@ -217,39 +236,18 @@ func (n *Node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	return uint32(nw), 0
 }
 
-// dropPrivs clears set-user-ID (and set-group-ID with group-execute) before
-// a write by a caller without CAP_FSETID, as Linux does. The kernel usually
-// does this with its own SETATTR first; this covers the paths where it does
-// not (direct I/O).
-func (n *Node) dropPrivs(ctx context.Context) syscall.Errno {
-	n.wmu.Lock()
-	defer n.wmu.Unlock()
-	a, err := n.fsys.e.GetAttr(ctx, n.ino())
-	if err != nil {
-		return n.fsys.toErrno(err, "write", n.ino())
-	}
-	n.remember(a)
-	if !hasPrivs(a.Mode) {
-		return 0
-	}
-	a, err = n.fsys.e.SetAttr(ctx, n.ino(), ebbfs.SetAttr{Valid: ebbfs.SetMode, Mode: killPrivs(a.Mode & 0o7777)})
-	if err != nil {
-		return n.fsys.toErrno(err, "write", n.ino())
-	}
-	n.remember(a)
-	return 0
-}
-
 // Flush (close(2)) has nothing to do: writes are already in the engine,
 // and durability is fsync's job.
 func (n *Node) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno { return 0 }
 
-// Fsync (and fsyncdir) runs the engine's durability barrier, which makes
-// everything written so far durable, this file included.
+// Fsync (and fsyncdir) makes the inode durable (Engine.Sync): nothing to
+// do when it has nothing dirty, otherwise the engine's durability barrier,
+// shared with the fsyncs that overlap it, which makes everything written
+// so far durable, this file included.
 // It is never abandoned on an interrupt (see interrupt.go): the call
 // returns the barrier's real result.
 func (n *Node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	return n.fsys.toErrno(n.fsys.e.Barrier(keep(ctx)), "fsync", n.ino())
+	return n.fsys.toErrno(n.fsys.e.Sync(keep(ctx), n.ino()), "fsync", n.ino())
 }
 
 func (n *Node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size uint64, mode uint32) syscall.Errno {
@@ -269,8 +267,8 @@ func (n *Node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size u
 	// without CAP_FSETID loses set-user-ID (and set-group-ID with
 	// group-execute) first (xfstests generic/683, 684). Recent kernels
 	// send their own SETATTR for this; older ones do not.
-	if uid, _ := caller(ctx); uid != 0 && hasPrivs(n.mode.Load()) {
-		if errno := n.dropPrivs(ctx); errno != 0 {
+	if n.mayHaveSetID() {
+		if errno := n.dropPrivs(ctx, "fallocate"); errno != 0 {
 			return errno
 		}
 	}
@@ -335,12 +333,14 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	if offOut+length > ebbfs.MaxFileSize {
 		return 0, syscall.EFBIG
 	}
-	if uid, _ := caller(ctx); uid != 0 && hasPrivs(dst.mode.Load()) {
-		if errno := dst.dropPrivs(keep(ctx)); errno != 0 {
+	if dst.mayHaveSetID() {
+		if errno := dst.dropPrivs(keep(ctx), "copy_file_range"); errno != 0 {
 			return 0, errno
 		}
 		ctx = keep(ctx) // the mode changed: no EINTR from here on
 	}
+	ctx, end := n.fsys.patient(ctx) // a write: as in Write
+	defer end()
 	buf := make([]byte, min(length, copyChunk))
 	var done uint64
 	for done < length {

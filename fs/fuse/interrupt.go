@@ -22,12 +22,15 @@ import "context"
 //     keep(ctx): the engine commits each in one step, but truncate and
 //     punch can stop between zeroing the edges and dropping pointers, and
 //     create is followed by the open of the new file.
-//   - write and copy_file_range keep the request context: the engine waits
-//     for dirty memory before it copies anything (an interrupt there is a
-//     clean EINTR), and once some bytes are in, a later interruption ends
-//     the call with the count written so far, never with EINTR. A write
-//     that first had to clear set-user-ID or set-group-ID has changed the
-//     file already and runs on keep(ctx).
+//   - write and copy_file_range run on a patient request context
+//     (patient.go): an interrupt counts only once the call has run for
+//     WriteInterruptAfter, or at once for a fatal signal, so a write that
+//     goes through is never failed with EINTR. The engine waits for dirty
+//     memory before it copies anything (an interrupt there is a clean
+//     EINTR), and once some bytes are in, a later interruption ends the
+//     call with the count written so far, never with EINTR. A write that
+//     first had to clear set-user-ID or set-group-ID has changed the file
+//     already and runs on keep(ctx).
 //   - Reads, lookups, getattr, readdir, readlink, getxattr, listxattr,
 //     lseek and statfs change nothing and may be interrupted at any point;
 //     a read that already has bytes returns them.

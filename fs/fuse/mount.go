@@ -134,7 +134,9 @@ func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*Server, *fsys
 	if o.DefaultPermissions {
 		opts = append(opts, "default_permissions")
 	}
-	if e.ReadOnly() {
+	if e.ReadOnly() && !e.Promotable() {
+		// A standby's mount stays read-write in the kernel: the engine
+		// answers writes with EROFS until it is promoted (fs/standby.go).
 		opts = append(opts, "ro")
 	}
 	mo := fuse.MountOptions{
@@ -155,6 +157,9 @@ func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*Server, *fsys
 		// The engine does not update atime on reads, so say so: noatime,
 		// plus the nosuid,nodev that fusermount3 would apply.
 		DirectMountFlags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME,
+		// File handles (name_to_handle_at, NFS re-export) work across
+		// remounts: node ids are inode numbers (export.go).
+		ExtraCapabilities: fuse.CAP_EXPORT_SUPPORT,
 		// The writeback cache stays off: with it the kernel holds dirty
 		// pages and becomes the authority for size and mtime, which the
 		// engine (and the NBD server writing the same files) could then
@@ -172,16 +177,18 @@ func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*Server, *fsys
 		f.limit = startNodeLimit(f, limit)
 	}
 	rootNode := &Node{fsys: f}
-	if e.ReadOnly() {
-		// A replica: what the writer changes reaches the kernel's caches,
-		// through a worker that stops when the mount is gone.
-		f.notify = startNotifier(f)
-	}
+	// What the writer changes reaches the kernel's caches, through a
+	// worker that stops when the mount is gone: on a replica, a standby
+	// or a writer that may hand over and follow, the journals it
+	// follows; on a writer, what a checkpoint restore changes
+	// (fs/restore.go).
+	f.notify = startNotifier(f)
 	srv, err := mountTimed(mountpoint, rootNode, f, o.Ops, &fs.Options{
 		MountOptions:   mo,
 		EntryTimeout:   &entry,
 		AttrTimeout:    &attr,
 		RootStableAttr: &fs.StableAttr{Ino: ebbfs.RootIno},
+		ExternalNodeID: true,
 		// Modes are the engine's; a mode of 0 stays 0.
 		NullPermissions: true,
 		Logger:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -191,9 +198,7 @@ func mountFS(e *ebbfs.Engine, mountpoint string, o MountOptions) (*Server, *fsys
 		return nil, nil, err
 	}
 	f.root = rootNode
-	if f.notify != nil {
-		e.SetFollowObserver(f.invalidate)
-	}
+	e.SetFollowObserver(f.invalidate)
 	raiseReadahead(mountpoint, log)
 	return srv, f, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ebbfs "ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/internal/clock"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -23,11 +24,14 @@ type fsys struct {
 	e    *ebbfs.Engine
 	log  *slog.Logger
 	root *Node // the mount's root (notify.go walks the kernel's view from it)
-	// notify sends a replica's cache invalidations (notify.go); nil on a
-	// writer.
+	// notify sends the cache invalidations of a replica's followed
+	// journals and of a writer's restore (notify.go).
 	notify *notifier
 	// limit bounds the nodes the kernel holds (nodelimit.go); nil: none.
 	limit *nodeLimit
+	// clk times how long a write has waited (patient.go); nil: the
+	// system clock.
+	clk clock.Clock
 }
 
 // Node is one inode of the mounted filesystem. The inode number and type
@@ -218,23 +222,10 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		sa.Valid |= ebbfs.SetCtime
 	}
 
-	if sa.Valid&(ebbfs.SetUid|ebbfs.SetGid) != 0 && n.StableAttr().Mode != syscall.S_IFDIR {
-		// chown(2) on Linux drops set-user-ID from a non-directory, and
-		// set-group-ID when group-execute is set, whoever the caller is.
-		// The kernel usually folds this into the same request as a mode
-		// change; apply it here too so the rule holds either way.
-		mode := sa.Mode
-		if sa.Valid&ebbfs.SetMode == 0 {
-			cur, err := n.fsys.e.GetAttr(ctx, n.ino())
-			if err != nil {
-				return n.fsys.toErrno(err, "setattr", n.ino())
-			}
-			mode = cur.Mode & 0o7777
-		}
-		if killed := killPrivs(mode); killed != mode {
-			sa.Valid |= ebbfs.SetMode
-			sa.Mode = killed
-		}
+	// chown and truncate clear set-ID bits by Linux's rules (privs.go);
+	// the kernel sends only part of that.
+	if errno := n.setattrKill(ctx, &sa); errno != 0 {
+		return errno
 	}
 
 	if sa.Valid == 0 {
@@ -247,20 +238,6 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	n.noteAttr(&out.Attr, a)
 	return 0
 }
-
-// killPrivs returns mode without set-user-ID, and without set-group-ID when
-// group-execute is set (a set-group-ID bit without group-execute marks
-// mandatory locking and stays), as Linux does on write and chown.
-func killPrivs(mode uint32) uint32 {
-	mode &^= ebbfs.ModeSetuid
-	if mode&0o010 != 0 {
-		mode &^= ebbfs.ModeSetgid
-	}
-	return mode
-}
-
-// hasPrivs reports whether killPrivs would change mode.
-func hasPrivs(mode uint32) bool { return killPrivs(mode&0o7777) != mode&0o7777 }
 
 func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	st, err := n.fsys.e.StatFS(ctx)

@@ -24,25 +24,52 @@ func TestSplitJoinNs(t *testing.T) {
 	}
 }
 
-func TestKillPrivs(t *testing.T) {
-	for _, c := range []struct{ in, want uint32 }{
-		{0o4755, 0o755},
-		{0o2755, 0o755},  // group-exec: set-group-ID goes
-		{0o2745, 0o2745}, // no group-exec: mandatory-locking marker stays
-		{0o6711, 0o711},
-		{0o6701, 0o2701},
-		{0o1777, 0o1777}, // sticky untouched
-		{0o644, 0o644},
+// TestKillSetID checks the rule against Linux's: contents changed by a
+// caller without CAP_FSETID, in the file's group or not; by one with it;
+// and chown.
+func TestKillSetID(t *testing.T) {
+	const reg, dir = 0o100000, 0o040000
+	member := creds{uid: 1000, gid: 100}
+	suppl := creds{uid: 1000, gid: 5, groups: []uint32{7, 100}}
+	outsider := creds{uid: 1000, gid: 5, groups: []uint32{7}}
+	root := creds{fsetid: true}
+	for _, c := range []struct {
+		mode  uint32
+		who   creds
+		chown bool
+		want  uint32
+	}{
+		{reg | 0o4755, member, false, reg | 0o755},
+		{reg | 0o2755, member, false, reg | 0o755},   // group-execute: set-group-ID goes
+		{reg | 0o2745, member, false, reg | 0o2745},  // in the group, no group-execute: stays
+		{reg | 0o2745, suppl, false, reg | 0o2745},   // a supplementary group counts
+		{reg | 0o2666, outsider, false, reg | 0o666}, // not in the group: goes
+		{reg | 0o6666, outsider, false, reg | 0o666},
+		{reg | 0o6666, member, false, reg | 0o2666},
+		{reg | 0o6777, root, false, reg | 0o6777}, // CAP_FSETID keeps both
+		{reg | 0o1777, outsider, false, reg | 0o1777},
+		{reg | 0o644, outsider, false, reg | 0o644},
+		{reg | 0o6666, root, true, reg | 0o2666}, // chown: set-user-ID always goes
+		{reg | 0o6676, root, true, reg | 0o676},  // and set-group-ID with group-execute
+		{reg | 0o2666, outsider, true, reg | 0o666},
+		{reg | 0o2666, member, true, reg | 0o2666},
+		{dir | 0o6777, outsider, true, dir | 0o6777}, // not for directories
 	} {
-		if got := killPrivs(c.in); got != c.want {
-			t.Errorf("killPrivs(%o) = %o, want %o", c.in, got, c.want)
-		}
-		if hasPrivs(c.in) != (c.in != c.want) {
-			t.Errorf("hasPrivs(%o) = %v", c.in, hasPrivs(c.in))
+		if got := killSetID(c.mode, 100, c.who, c.chown); got != c.want {
+			t.Errorf("killSetID(%o, %+v, chown %v) = %o, want %o", c.mode, c.who, c.chown, got, c.want)
 		}
 	}
-	if !hasPrivs(0o104755) || hasPrivs(0o100644) {
-		t.Error("hasPrivs with type bits")
+}
+
+func TestParseStatus(t *testing.T) {
+	var c creds
+	parseStatus([]byte("Name:\tx\nGroups:\t4 24 27 \nCapEff:\t0000000000000010\n"), &c)
+	if len(c.groups) != 3 || c.groups[2] != 27 || !c.fsetid {
+		t.Fatalf("parsed %+v", c)
+	}
+	parseStatus([]byte("Groups:\nCapEff:\t0000000000000000\n"), &c)
+	if len(c.groups) != 0 || c.fsetid {
+		t.Fatalf("parsed %+v", c)
 	}
 }
 

@@ -81,7 +81,8 @@ func renameOverOpen(t *testing.T, m *mounted, dir bool) {
 
 // TestFallocateClearsSetID follows xfstests generic/683 and 684: fallocate
 // (allocate and punch hole) by a user without CAP_FSETID drops set-user-ID,
-// and set-group-ID when group-execute is set, as a write does.
+// and set-group-ID when group-execute is set or the user is not in the
+// file's group, as a write does (privs.go).
 func TestFallocateClearsSetID(t *testing.T) {
 	m := mount(t)
 	type op struct {
@@ -96,9 +97,11 @@ func TestFallocateClearsSetID(t *testing.T) {
 	}
 	for _, o := range ops {
 		for _, c := range []struct{ mode, want uint32 }{
-			{0o6666, 0o2666}, // no group-execute: set-group-ID stays
-			{0o6676, 0o0676}, // group-execute: both go
-			{0o6766, 0o2766},
+			// The user (65534) is not in the file's group (0): set-group-ID
+			// goes with or without group-execute.
+			{0o6666, 0o0666},
+			{0o6676, 0o0676},
+			{0o6766, 0o0766},
 			{0o6777, 0o0777},
 		} {
 			p := m.path("setid")
@@ -185,5 +188,43 @@ func TestAllocateDropsSetIDItself(t *testing.T) {
 			t.Errorf("fallocate mode %#x by an unprivileged caller: mode %#o, want 0777", mode, a.Mode&0o7777)
 		}
 		n.Release(asRoot, fh)
+	}
+}
+
+// TestSetgidClearedForOutsiders: a write or a truncate by a caller not in
+// the file's group clears set-group-ID even without group-execute (the
+// kernel's FUSE client leaves that to the server); one in the group keeps
+// it, as on ext4.
+func TestSetgidClearedForOutsiders(t *testing.T) {
+	m := mount(t)
+	if err := os.Chmod(m.dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]func(p string) error{
+		"write":    func(p string) error { return appendTo(p, "x") },
+		"truncate": func(p string) error { return unix.Truncate(p, 1) },
+	}
+	for name, op := range ops {
+		for _, c := range []struct {
+			gid  uint32
+			want uint32
+		}{{0, 0o2666}, {65534, 0o666}} { // the file's group is 0
+			p := m.path("f")
+			if err := os.WriteFile(p, []byte("data"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Chmod(p, 0o2666); err != nil {
+				t.Fatal(err)
+			}
+			if err := asUser(t, 65534, c.gid, func() error { return op(p) }); err != nil {
+				t.Fatalf("%s as 65534:%d: %v", name, c.gid, err)
+			}
+			if got := statOf(t, p).Mode & 0o7777; got != c.want {
+				t.Errorf("%s as 65534:%d on a 2666 file: mode %o, want %o", name, c.gid, got, c.want)
+			}
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

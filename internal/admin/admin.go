@@ -47,19 +47,25 @@ const RequestHeader = "Ebbfs-Request"
 
 // Status is what GET /v1/status returns.
 type Status struct {
-	Version     string    `json:"version"`
-	PID         int       `json:"pid"`
-	FSUUID      string    `json:"fs_uuid,omitempty"`
-	Store       string    `json:"store"`
-	Mountpoint  string    `json:"mountpoint"`
-	ReadOnly    bool      `json:"read_only"`
-	StartedAt   time.Time `json:"started_at"`
-	UptimeSec   float64   `json:"uptime_seconds"`
-	NBD         []string  `json:"nbd,omitempty"`
-	Admin       []string  `json:"admin,omitempty"`
+	Version    string    `json:"version"`
+	PID        int       `json:"pid"`
+	FSUUID     string    `json:"fs_uuid,omitempty"`
+	Store      string    `json:"store"`
+	Mountpoint string    `json:"mountpoint"`
+	ReadOnly   bool      `json:"read_only"`
+	StartedAt  time.Time `json:"started_at"`
+	UptimeSec  float64   `json:"uptime_seconds"`
+	NBD        []string  `json:"nbd,omitempty"`
+	Admin      []string  `json:"admin,omitempty"`
+	// Barriers counts every durability barrier of the process (fsync,
+	// flush, the timer: what the monitor counts); LastBarrier is when the
+	// last one that succeeded ended. Flushes, LastFlush and LastError are
+	// the barriers asked for through this endpoint (`ebbfs flush`).
 	Barriers    uint64    `json:"barriers"`
 	LastBarrier time.Time `json:"last_barrier,omitzero"`
-	LastError   string    `json:"last_barrier_error,omitempty"`
+	Flushes     uint64    `json:"flushes"`
+	LastFlush   time.Time `json:"last_flush,omitzero"`
+	LastError   string    `json:"last_flush_error,omitempty"`
 	// Extra holds fields contributed by other subsystems (engine stats,
 	// reclamation progress) without changing this type.
 	Extra map[string]any `json:"extra,omitempty"`
@@ -102,6 +108,9 @@ type Server struct {
 	flushes *prometheus.CounterVec
 	flushDu prometheus.Histogram
 
+	stopping     chan struct{} // closed when Close begins: streaming replies end
+	stoppingOnce sync.Once
+
 	mu struct {
 		sync.Mutex
 		started   bool
@@ -124,7 +133,7 @@ func New(b Backend, o Options) *Server {
 	if o.FlushTimeout <= 0 {
 		o.FlushTimeout = 5 * time.Minute
 	}
-	s := &Server{o: o, b: b, log: o.Logger, mux: http.NewServeMux()}
+	s := &Server{o: o, b: b, log: o.Logger, mux: http.NewServeMux(), stopping: make(chan struct{})}
 	s.reqs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ebbfs_admin_requests_total", Help: "Admin endpoint requests by route and status code.",
 	}, []string{"route", "code"})
@@ -226,6 +235,9 @@ func (c *codeWriter) WriteHeader(code int) {
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController flush a streaming reply.
+func (c *codeWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 func (c *codeWriter) Write(b []byte) (int, error) {
 	if c.code == 0 {
@@ -379,9 +391,14 @@ func (s *Server) TCPAddr() string {
 	return ""
 }
 
+// Stopping is closed when Close begins: a handler that streams (GET
+// /v1/trace) ends its reply then, so that Close does not wait for it.
+func (s *Server) Stopping() <-chan struct{} { return s.stopping }
+
 // Close stops accepting requests, waits for running ones up to ctx's
 // deadline, and removes the socket file.
 func (s *Server) Close(ctx context.Context) error {
+	s.stoppingOnce.Do(func() { close(s.stopping) })
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()

@@ -116,6 +116,32 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
+// Stream sends a GET for a streaming reply and returns its body, which
+// the caller reads until it ends and closes; ctx's end ends it.
+func (c *Client) Stream(ctx context.Context, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if missingSocket(err) {
+			return nil, fmt.Errorf("%w (nothing listens on %s)", ErrNotRunning, c.where())
+		}
+		return nil, fmt.Errorf("admin GET %s: %w", path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		var e Error
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return nil, &StatusError{Code: resp.StatusCode, Err: errors.New(e.Error)}
+		}
+		return nil, &StatusError{Code: resp.StatusCode, Err: fmt.Errorf("admin GET %s: %s", path, resp.Status)}
+	}
+	return resp.Body, nil
+}
+
 // Flush asks the process to run a durability barrier and waits for it.
 func (c *Client) Flush(ctx context.Context) error {
 	return c.Do(ctx, http.MethodPost, "/v1/flush", nil, nil)

@@ -43,6 +43,7 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 <span class="muted">version <span id="version">{{.Version}}</span> · pid {{.PID}} · up <span id="uptime">{{dur .UptimeSec}}</span></span>
 <span class="muted" id="lag-row" hidden>replica lag <span id="lag"></span></span>
 </header>
+<div class="alarm" id="damage" role="alert" hidden></div>
 <main>
 <section id="sec-footprint">
 <h2>Segment footprint</h2>

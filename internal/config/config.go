@@ -24,8 +24,12 @@ import (
 
 // Defaults.
 const (
-	DefaultFlushInterval        = Duration(time.Second)
-	DefaultReplicaPollInterval  = Duration(time.Second)
+	DefaultFlushInterval       = Duration(time.Second)
+	DefaultReplicaPollInterval = Duration(time.Second)
+	DefaultTakeoverAfter       = Duration(10 * time.Second)
+	// MinTakeoverAfter is the shortest [ha] takeover_after accepted.
+	MinTakeoverAfter            = Duration(2 * time.Second)
+	DefaultConnectTimeout       = Duration(2 * time.Minute)
 	DefaultDiskCacheSize        = Size(10 << 30)
 	DefaultMemoryCacheSize      = Size(256 << 20)
 	DefaultMaxConcurrentRepacks = 4
@@ -54,6 +58,9 @@ type Config struct {
 	NBD        NBD        `toml:"nbd"`
 	Admin      Admin      `toml:"admin"`
 	Replica    Replica    `toml:"replica"`
+	HA         HA         `toml:"ha"`
+	Pricing    Pricing    `toml:"pricing"` // ebbfs space --cost (pricing.go)
+	Mirror     Mirror     `toml:"mirror"`  // mirror.go
 
 	// Path is the file the configuration was loaded from ("" if built in
 	// code). It is not a TOML key.
@@ -69,6 +76,11 @@ type Storage struct {
 	Endpoint string `toml:"endpoint"`
 	// Region is the S3 region; empty means the AWS default chain's.
 	Region string `toml:"region"`
+	// ConnectTimeout is how long a command, or a run that has not yet
+	// reached the store, waits for a store that does not answer before it
+	// gives up (default 2m). A running writer that loses the store later
+	// waits for it as long as the outage lasts.
+	ConnectTimeout Duration `toml:"connect_timeout"`
 }
 
 // Encryption says where the password comes from.
@@ -107,6 +119,15 @@ type Replica struct {
 	// next journal object (one GET; default 1s). After a change it asks
 	// again at once.
 	PollInterval Duration `toml:"poll_interval"`
+}
+
+// HA tunes standby writers (`ebbfs run --standby`).
+type HA struct {
+	// TakeoverAfter is how long a standby waits without a sign of life
+	// from the writer (a new journal, a changed lease heartbeat) before
+	// it takes over (default 10s, at least 2s). The writer heartbeats
+	// every quarter of it while a standby is attached.
+	TakeoverAfter Duration `toml:"takeover_after"`
 }
 
 // Filesystem holds limits of the filesystem itself.
@@ -188,27 +209,27 @@ func Parse(data []byte, baseDir string) (*Config, error) {
 	c := &Config{}
 	md, err := toml.Decode(string(data), c)
 	if err != nil {
-		return nil, err
+		return nil, hintParseError(data, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		names := make([]string, len(und))
 		for i, k := range und {
 			names[i] = k.String()
 		}
-		if len(names) == 1 {
-			return nil, fmt.Errorf("unknown key %q", names[0])
-		}
-		return nil, fmt.Errorf("unknown keys %s", quoteList(names))
+		return nil, unknownKeysError(names)
 	}
 	// A key that is present with a zero value is an explicit choice, not
 	// "unset": reject the ones where zero means nothing sensible.
 	for _, k := range [][]string{
 		{"metadata", "flush_interval"},
+		{"storage", "connect_timeout"},
 		{"reclaim", "max_concurrent_repacks"},
 		{"reclaim", "min_dead_percent"},
 		{"cache", "disk_size"},
 		{"cache", "memory_size"},
 		{"filesystem", "max_size"},
+		{"mirror", "retention"},
+		{"mirror", "poll_interval"},
 	} {
 		if md.IsDefined(k...) && c.isZero(k[0]+"."+k[1]) {
 			return nil, fmt.Errorf("%s.%s must not be zero (remove the key to use the default)", k[0], k[1])
@@ -228,8 +249,12 @@ func (c *Config) isZero(key string) bool {
 	switch key {
 	case "metadata.flush_interval":
 		return c.Metadata.FlushInterval == 0
+	case "storage.connect_timeout":
+		return c.Storage.ConnectTimeout == 0
 	case "replica.poll_interval":
 		return c.Replica.PollInterval == 0
+	case "ha.takeover_after":
+		return c.HA.TakeoverAfter == 0
 	case "reclaim.max_concurrent_repacks":
 		return c.Reclaim.MaxConcurrentRepacks == 0
 	case "reclaim.min_dead_percent":
@@ -240,16 +265,12 @@ func (c *Config) isZero(key string) bool {
 		return c.Cache.MemorySize == 0
 	case "filesystem.max_size":
 		return c.Filesystem.MaxSize == 0
+	case "mirror.retention":
+		return c.Mirror.Retention == 0
+	case "mirror.poll_interval":
+		return c.Mirror.PollInterval == 0
 	}
 	return false
-}
-
-func quoteList(s []string) string {
-	q := make([]string, len(s))
-	for i, x := range s {
-		q[i] = strconv.Quote(x)
-	}
-	return strings.Join(q, ", ")
 }
 
 func (c *Config) resolve(base string) {
@@ -286,6 +307,8 @@ func DefaultCacheDir() string {
 
 // EnsureDefaults fills every unset field with its documented default.
 func (c *Config) EnsureDefaults() {
+	c.Pricing.ensureDefaults()
+	c.Mirror.ensureDefaults()
 	if c.Cache.Dir == "" {
 		c.Cache.Dir = DefaultCacheDir()
 	}
@@ -308,6 +331,12 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Replica.PollInterval == 0 {
 		c.Replica.PollInterval = DefaultReplicaPollInterval
+	}
+	if c.HA.TakeoverAfter == 0 {
+		c.HA.TakeoverAfter = DefaultTakeoverAfter
+	}
+	if c.Storage.ConnectTimeout == 0 {
+		c.Storage.ConnectTimeout = DefaultConnectTimeout
 	}
 	if c.Reclaim.MaxConcurrentRepacks == 0 {
 		c.Reclaim.MaxConcurrentRepacks = DefaultMaxConcurrentRepacks
@@ -334,6 +363,12 @@ func (c *Config) EnsureDefaults() {
 // Validate checks the configuration and returns an error naming the first
 // offending key. It does not touch the filesystem or the network.
 func (c *Config) Validate() error {
+	if err := c.Pricing.validate(); err != nil {
+		return err
+	}
+	if err := c.Mirror.validate(c.Storage.URL); err != nil {
+		return err
+	}
 	if err := validateStorageURL(c.Storage.URL); err != nil {
 		return fmt.Errorf("storage.url: %w", err)
 	}
@@ -348,6 +383,9 @@ func (c *Config) Validate() error {
 	}
 	if strings.ContainsAny(c.Storage.Region, " \t\n/") {
 		return fmt.Errorf("storage.region %q is not a region name", c.Storage.Region)
+	}
+	if ct := c.Storage.ConnectTimeout.D(); ct < time.Second || ct > time.Hour {
+		return fmt.Errorf("storage.connect_timeout %s is outside 1s..1h", ct)
 	}
 	if err := checkPath("cache.dir", c.Cache.Dir, false); err != nil {
 		return err
@@ -376,6 +414,9 @@ func (c *Config) Validate() error {
 	}
 	if pi := c.Replica.PollInterval.D(); pi < 10*time.Millisecond || pi > time.Hour {
 		return fmt.Errorf("replica.poll_interval %s is outside 10ms..1h", pi)
+	}
+	if ta := c.HA.TakeoverAfter.D(); ta < MinTakeoverAfter.D() || ta > time.Hour {
+		return fmt.Errorf("ha.takeover_after %s is outside %s..1h", ta, MinTakeoverAfter.D())
 	}
 	if n := c.Reclaim.MaxConcurrentRepacks; n < 1 || n > 64 {
 		return fmt.Errorf("reclaim.max_concurrent_repacks %d is outside 1..64", n)

@@ -135,7 +135,13 @@ func TestErrors(t *testing.T) {
 		name, toml, want string
 	}{
 		{"unknown key", base + "[cache]\ndirr = \"/x\"\n", `unknown key "cache.dirr"`},
-		{"unknown keys", base + "bogus = 1\n[mount]\nallow_others = true\n", `"storage.bogus", "mount.allow_others"`},
+		{"unknown keys", base + "bogus = 1\n[mount]\nallow_others = true\n", `"storage.bogus", "mount.allow_others" (did you mean "mount.allow_other"?)`},
+		{"did you mean", base + "[cache]\ndisksize = \"1GiB\"\n", `unknown key "cache.disksize" (did you mean "cache.disk_size"?)`},
+		{"other section", base + "[cache]\nmax_size = \"1GiB\"\n", `(did you mean "filesystem.max_size"?)`},
+		{"unquoted size", base + "[filesystem]\nmax_size = 64MiB\n", `line 4: max_size = 64MiB: sizes and durations are strings; write them in quotes: max_size = "64MiB"`},
+		{"unquoted duration", base + "[metadata]\nflush_interval = 1s # often\n", `flush_interval = "1s"`},
+		{"zero connect timeout", base + "connect_timeout = \"0s\"\n", "storage.connect_timeout must not be zero"},
+		{"short connect timeout", base + "connect_timeout = \"10ms\"\n", "storage.connect_timeout 10ms is outside 1s..1h"},
 		{"unknown section", base + "[frobnicate]\nx = 1\n", `frobnicate.x`},
 		{"missing url", "[cache]\ndir = \"/x\"\n", "storage.url: not set"},
 		{"bad scheme", "[storage]\nurl = \"http://x/y\"\n", "unsupported scheme"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"ebbfs.dev/ebbfs/fs"
@@ -67,7 +68,8 @@ func startBackground(c *config.Config, e *fs.Engine, st objstore.Store, k *keys.
 	}
 	trig.Attach(r)
 	r.Start()
-	gc := reclaim.NewMetaGC(reclaim.MetaGCOptions{Store: st, DB: e.DB(), Logger: log, Clock: clk})
+	gc := reclaim.NewMetaGC(reclaim.MetaGCOptions{Store: st, DB: e.DB(), Logger: log, Clock: clk,
+		StatePath: filepath.Join(c.Cache.Dir, reclaim.MetaGCStateFile)})
 	gc.Start()
 	return &background{r: r, gc: gc}, nil
 }
@@ -78,7 +80,9 @@ func (b *background) close(log *slog.Logger) {
 		return
 	}
 	start := time.Now()
-	b.gc.Close()
+	// A pass that is due runs before the engine closes, so that writers
+	// that never live a whole interval still collect.
+	b.gc.Stop(context.Background())
 	if err := b.r.Close(); err != nil {
 		log.Warn("reclaim: close", "err", err)
 	}

@@ -74,7 +74,8 @@ func startNBD(c *config.Config, e *fs.Engine, readOnly bool, log *slog.Logger, o
 		}
 		return nil, func() {}, nil
 	}
-	srv := nbd.NewServer(timedBackend{Backend: nbd.NewEngineBackend(e), ops: ops}, nbd.Options{Logger: log, ReadOnly: readOnly})
+	srv := nbd.NewServer(timedBackend{Backend: nbd.NewEngineBackend(e), ops: ops}, nbd.Options{Logger: log, ReadOnly: readOnly,
+		Writable: func() bool { return !e.ReadOnly() }})
 	var serving worker.Group // one Serve per listener, waited for by stop
 	for _, l := range ls {
 		serving.Go(func() {

@@ -13,24 +13,32 @@ import (
 	"ebbfs.dev/ebbfs/internal/config"
 	"ebbfs.dev/ebbfs/internal/keys"
 	"ebbfs.dev/ebbfs/internal/telemetry"
+	"ebbfs.dev/ebbfs/mirror"
 	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
 )
 
 // process is the running writer or reader; it is the admin backend.
 type process struct {
-	c       *config.Config
-	e       *fs.Engine
-	k       *keys.Keys
-	st      objstore.Store
-	bg      atomic.Pointer[background] // set once the mount is up; never for a reader
-	mp      string
-	version string
-	started time.Time
-	cleanup cleanupStack // what Run undoes at shutdown, last first
+	c         *config.Config
+	e         *fs.Engine
+	k         *keys.Keys
+	st        objstore.Store
+	bg        atomic.Pointer[background]    // set once the mount is up; never for a reader
+	mirror    atomic.Pointer[mirror.Mirror] // the writer's [mirror], once it runs
+	mirrorDst objstore.Store                // its store, closed by stopMirror
+	mp        string
+	version   string
+	started   time.Time
+	cleanup   cleanupStack // what Run undoes at shutdown, last first
 
 	triggers *reclaim.Triggers // the engine's events, for the writer's reclamation
-	adminURL string            // the admin endpoint over TCP, if any
+	// standby watches the writer when this process runs --standby;
+	// stopReader removes a reader's (and a standby's) checkpoint record.
+	standby    atomic.Pointer[standby]
+	stopReader func()
+	adminURL   string           // the admin endpoint over TCP, if any
+	traced     *objstore.Traced // the store's request tracer (trace.go)
 
 	// What /metrics, /v1/monitor and the page show.
 	src     *telemetry.Source
@@ -90,12 +98,16 @@ func (p *process) Status(ctx context.Context) admin.Status {
 			extra[telemetry.ExtraCacheDirReserveReleased] = true
 		}
 	}
+	addDamage(extra, p.e)
+	p.mirrorStatus(extra)
 	if p.src.Timed != nil {
 		if since, last := p.src.Timed.Health(); !since.IsZero() {
 			extra[telemetry.ExtraStoreUnreachableSince] = since
 			extra[telemetry.ExtraStoreLastError] = last
 		}
 	}
+	h := p.sampler.Health(ctx)
+	extra[telemetry.ExtraHealth] = h
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return admin.Status{
@@ -110,8 +122,10 @@ func (p *process) Status(ctx context.Context) admin.Status {
 		UptimeSec:   time.Since(p.started).Seconds(),
 		NBD:         append([]string(nil), p.mu.nbdAddrs...),
 		Admin:       append([]string(nil), p.mu.adminAddr...),
-		Barriers:    p.mu.barriers,
-		LastBarrier: p.mu.last,
+		Barriers:    h.Barriers,
+		LastBarrier: h.LastBarrier,
+		Flushes:     p.mu.barriers,
+		LastFlush:   p.mu.last,
 		LastError:   p.mu.lastErr,
 	}
 }
@@ -135,4 +149,14 @@ func (p *process) nbdAddrs() []string {
 // UUIDString formats a filesystem UUID.
 func UUIDString(u [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// addDamage puts the damage reads found, if any, into status's extra.
+func addDamage(extra map[string]any, e *fs.Engine) {
+	if d := e.Damage(); len(d) > 0 {
+		extra[telemetry.ExtraDamage] = d
+	}
+	if rs := e.Reader().Stats(); rs.Corrupt > 0 {
+		extra[telemetry.ExtraCorruptFrames] = rs.Corrupt
+	}
 }

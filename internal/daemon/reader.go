@@ -15,9 +15,12 @@ import (
 	"ebbfs.dev/ebbfs/objstore"
 )
 
-// readerCheckpointName is stable for one reader (host and cache directory),
-// so a restarted reader takes over its previous record.
-func readerCheckpointName(c *config.Config) string {
+// readerCheckpointName is stable for one reader (host and cache directory,
+// and the checkpoint it serves), so a restarted reader takes over its
+// previous record. A reader serving checkpoint NAME (run --checkpoint)
+// names its record checkpoint.ServingReaderName, which says NAME, so that
+// `checkpoint delete NAME` knows it is in use.
+func readerCheckpointName(c *config.Config, serves string) string {
 	host, _ := os.Hostname()
 	var b strings.Builder
 	for _, r := range host {
@@ -33,7 +36,13 @@ func readerCheckpointName(c *config.Config) string {
 		h = "host"
 	}
 	sum := sha256.Sum256([]byte(c.Cache.Dir))
-	return "reader-" + h + "-" + hex.EncodeToString(sum[:6])
+	if serves != "" {
+		id := sha256.Sum256([]byte(h + "\x00" + c.Cache.Dir))
+		if n, ok := checkpoint.ServingReaderName(hex.EncodeToString(id[:6]), serves); ok {
+			return n
+		}
+	}
+	return checkpoint.ReaderPrefix + h + "-" + hex.EncodeToString(sum[:6])
 }
 
 // startReaderCheckpoint keeps the reader's ephemeral checkpoint alive, so
@@ -54,10 +63,11 @@ func readerCheckpointName(c *config.Config) string {
 // partitioned, killed) lets the record expire; when it comes back its next
 // renewal revives or re-creates it, and reads of segments reclaimed
 // meanwhile re-resolve from the newer state (fs.Engine.Read).
-func startReaderCheckpoint(ctx context.Context, c *config.Config, e *fs.Engine, st objstore.Store, log *slog.Logger) func() {
+func startReaderCheckpoint(ctx context.Context, c *config.Config, serves string, e *fs.Engine, st objstore.Store, log *slog.Logger) func() {
+	name := readerCheckpointName(c, serves)
 	r, err := checkpoint.NewRenewer(checkpoint.RenewerOptions{
 		Store:       st,
-		Name:        readerCheckpointName(c),
+		Name:        name,
 		ManifestSeq: e.DB().LatestManifest,
 		ViewTime:    func() time.Time { return e.FollowStatus().UpToDate },
 		TTL:         testReaderTTL(log),
@@ -71,9 +81,9 @@ func startReaderCheckpoint(ctx context.Context, c *config.Config, e *fs.Engine, 
 		return func() {}
 	}
 	if seq := r.Record().ManifestSeq; seq != 0 {
-		log.Info("reader checkpoint pinned", "name", readerCheckpointName(c), "manifest", seq)
+		log.Info("reader checkpoint pinned", "name", name, "manifest", seq)
 	} else {
-		log.Info("no manifest published yet; the reader checkpoint pins the first one this replica learns of", "name", readerCheckpointName(c))
+		log.Info("no manifest published yet; the reader checkpoint pins the first one this replica learns of", "name", name)
 	}
 	return func() {
 		if err := r.Close(); err != nil {

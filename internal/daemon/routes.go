@@ -32,6 +32,7 @@ func (p *process) writerOnly() (*background, error) {
 
 // routes registers the writer's commands on the admin endpoint.
 func (p *process) routes(s *admin.Server) {
+	p.haRoutes(s)
 	s.HandleJSON("POST "+telemetry.RouteReclaimRun, func(r *http.Request) (any, error) {
 		bg, err := p.writerOnly()
 		if err != nil {
@@ -100,12 +101,8 @@ func (p *process) routes(s *admin.Server) {
 			return nil, err
 		}
 		var req telemetry.CheckpointRequest
-		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		if err != nil {
-			return nil, badRequest(err)
-		}
-		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, badRequest(fmt.Errorf("bad request body: %w", err))
+		if err := readBody(r, &req); err != nil {
+			return nil, err
 		}
 		if req.Kind != checkpoint.Persistent && req.Kind != checkpoint.Ephemeral {
 			return nil, badRequest(fmt.Errorf("checkpoint kind %q: want %q or %q", req.Kind, checkpoint.Persistent, checkpoint.Ephemeral))
@@ -117,6 +114,18 @@ func (p *process) routes(s *admin.Server) {
 		}
 		return rec, nil
 	})
+}
+
+// readBody decodes a request's JSON body (at most 1 MiB) into v.
+func readBody(r *http.Request, v any) error {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return badRequest(err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return badRequest(fmt.Errorf("bad request body: %w", err))
+	}
+	return nil
 }
 
 func getCheckpoint(r *http.Request, p *process) (any, error) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,11 +33,14 @@ const closeTimeout = 10 * time.Minute
 
 // Options are what Run needs.
 type Options struct {
-	Config     *config.Config // validated for run, mount path absolute
-	ReadOnly   bool           // a replica (or, with Checkpoint, a checkpoint reader)
-	TakeOver   bool           // take the writer lease at once
-	Checkpoint string         // serve this checkpoint read-only
-	Version    string         // shown by status, /metrics and the monitor
+	Config   *config.Config // validated for run, mount path absolute
+	ReadOnly bool           // a replica (or, with Checkpoint, a checkpoint reader)
+	TakeOver bool           // take the writer lease at once
+	// Standby runs a replica that takes over when the writer goes silent
+	// (standby.go); ReadOnly is set with it.
+	Standby    bool
+	Checkpoint string // serve this checkpoint read-only
+	Version    string // shown by status, /metrics and the monitor
 	Log        *slog.Logger
 	// Unlock opens the store and unwraps the keys.
 	Unlock func(context.Context, *config.Config) (objstore.Store, *keys.Keys, error)
@@ -116,6 +120,7 @@ func Run(o Options) (retErr error) {
 		if err := p.closeEngine(log); err != nil && retErr == nil {
 			retErr = err
 		}
+		p.stopMirror(log)
 		// After the engine's Close: a local store's sweeper of open files.
 		_ = objstore.Close(p.st)
 	}()
@@ -179,7 +184,8 @@ func open(ctx context.Context, o Options) (_ *process, retErr error) {
 	// Every request of this process is counted for /metrics.
 	limitMemory(int64(c.Cache.MemorySize), log)
 	timed := objstore.NewTimed(rawStore)
-	counting := objstore.NewCounting(timed)
+	traced := objstore.NewTraced(timed) // ebbfs trace (trace.go)
+	counting := objstore.NewCounting(traced)
 	var st objstore.Store = counting
 	var pin uint64
 	if o.Checkpoint != "" {
@@ -202,13 +208,16 @@ func open(ctx context.Context, o Options) (_ *process, retErr error) {
 		}
 		return nil, fmt.Errorf("opening the filesystem in %s: %w", c.Storage.URL, err)
 	}
-	p := &process{c: c, e: e, k: k, st: st, mp: mp, version: o.Version, started: time.Now(), triggers: triggers}
+	p := &process{c: c, e: e, k: k, st: st, mp: mp, version: o.Version, started: time.Now(), triggers: triggers, traced: traced}
 	p.src = &telemetry.Source{Engine: e, Store: st, Count: counting, Timed: timed, FS: fsStats, Cleaner: cleanerStats,
 		FUSEOps: stats.NewOps(fuse.FUSEOps...), NBDOps: stats.NewOps(nbdOps...),
 		Checkpoint: o.Checkpoint, Version: o.Version, StoreURL: c.Storage.URL, Mountpoint: mp,
 		StartedAt: p.started, NBDAddrs: p.nbdAddrs, Reclaim: p.reclamation}
 	if o.ReadOnly && o.Checkpoint == "" {
 		p.src.Lag = telemetry.NewReplicaLag(e, time.Now())
+	}
+	if o.Checkpoint == "" {
+		p.src.HA = p.haStatus
 	}
 	p.sampler = telemetry.NewSampler(p.src)
 	p.cleanup.push(p.sampler.Close)
@@ -220,11 +229,11 @@ func open(ctx context.Context, o Options) (_ *process, retErr error) {
 func engineOptions(o Options, st objstore.Store, k *keys.Keys, pin uint64, fsStats *fs.Stats, triggers *reclaim.Triggers) fs.Options {
 	c, log := o.Config, o.Log
 	var events fs.Events
-	if !o.ReadOnly {
-		events = triggers
+	if !o.ReadOnly || o.Standby {
+		events = triggers // a standby's, once it is promoted
 	}
 	host, _ := os.Hostname()
-	return fs.Options{
+	fo := fs.Options{
 		Store:            st,
 		Keys:             k,
 		CacheDir:         c.Cache.Dir,
@@ -234,6 +243,8 @@ func engineOptions(o Options, st objstore.Store, k *keys.Keys, pin uint64, fsSta
 		MaxSize:          int64(c.Filesystem.MaxSize),
 		ReadOnly:         o.ReadOnly,
 		TakeOver:         o.TakeOver,
+		Standby:          o.Standby,
+		StandbyID:        standbyID(o),
 		PinManifest:      pin,
 		Holder:           fmt.Sprintf("ebbfs run pid %d on %s", os.Getpid(), host),
 		Logger:           log,
@@ -244,6 +255,8 @@ func engineOptions(o Options, st objstore.Store, k *keys.Keys, pin uint64, fsSta
 		ManifestInterval: testManifestInterval(log),
 		DeferBackground:  true,
 	}
+	testPatches(log, &fo)
+	return fo
 }
 
 // closeEngine runs the final barrier and closes the engine.
@@ -268,13 +281,17 @@ func (p *process) serve(ctx context.Context, o Options) error {
 			log.Warn("could not create /.nbd", "err", err)
 		}
 	} else {
-		p.cleanup.push(startReaderCheckpoint(ctx, c, p.e, p.st, log))
+		p.stopReader = sync.OnceFunc(startReaderCheckpoint(ctx, c, o.Checkpoint, p.e, p.st, log))
+		p.cleanup.push(p.stopReader)
 	}
 	adm := admin.New(p, admin.Options{TCP: c.AdminListen(), Unix: c.Admin.UnixSocket, Logger: log})
 	p.routes(adm)
+	p.restoreRoute(adm)
+	p.traceRoute(adm)
 	if err := adm.Registry().Register(telemetry.NewCollector(p.src, p.sampler)); err != nil {
 		log.Warn("metrics: collector not registered", "err", err)
 	}
+	p.registerMirror(adm, log)
 	if a := c.AdminListen(); a != "" && !config.IsLoopback(a) {
 		log.Warn("admin endpoint listens beyond loopback; anyone who can reach it can flush and read status", "listen", a)
 	}
@@ -286,7 +303,7 @@ func (p *process) serve(ctx context.Context, o Options) error {
 		defer scancel()
 		adm.Close(sctx)
 	})
-	nbdAddrs, stopNBD, err := startNBD(c, p.e, o.ReadOnly, log, p.src.NBDOps)
+	nbdAddrs, stopNBD, err := startNBD(c, p.e, o.ReadOnly && !o.Standby, log, p.src.NBDOps)
 	if err != nil {
 		return err
 	}
@@ -312,12 +329,12 @@ func (p *process) startBackground(o Options) error {
 	p.e.StartBackground()
 	p.history.Start()
 	p.cleanup.push(p.history.Close)
-	if o.ReadOnly && o.Checkpoint == "" {
+	follow := func() func() {
 		// A replica follows the writer from the bucket alone.
 		w := worker.Start("follow-writer", nil, func(w *worker.Worker) {
 			followWriter(w.Context(), p.e, p.c.Replica.PollInterval.D(), log)
 		})
-		p.cleanup.push(w.Close)
+		return w.Close
 	}
 	if !o.ReadOnly {
 		bg, err := startBackground(p.c, p.e, p.st, p.k, p.triggers, p.src.Cleaner, log)
@@ -325,7 +342,20 @@ func (p *process) startBackground(o Options) error {
 			return err
 		}
 		p.bg.Store(bg)
-		p.cleanup.push(func() { bg.close(log) })
+		if err := p.startMirror(log); err != nil {
+			// The filesystem runs without its mirror rather than not at
+			// all; status and the log say so.
+			log.Error("mirror: not started; the writer runs without it (restart the writer, or run ebbfs mirror run, once the mirror store answers)", "err", err)
+		}
+	}
+	switch {
+	case o.Standby || !o.ReadOnly:
+		// A standby, or a writer that hands over when one asks.
+		sb := startStandby(p, follow, log)
+		p.standby.Store(sb)
+		p.cleanup.push(func() { sb.close(); p.bg.Swap(nil).close(log) })
+	case o.Checkpoint == "":
+		p.cleanup.push(follow())
 	}
 	return nil
 }
@@ -333,7 +363,7 @@ func (p *process) startBackground(o Options) error {
 // wait runs until the mount goes away or signals stop the process.
 func (p *process) wait(m *mounted, o Options) error {
 	log := o.Log
-	log.Info("ebbfs running", "mountpoint", p.mp, "store", p.c.Storage.URL, "read_only", o.ReadOnly,
+	log.Info("ebbfs running", "mountpoint", p.mp, "store", p.c.Storage.URL, "read_only", o.ReadOnly, "role", p.e.Role(),
 		"nbd", p.nbdAddrs(), "admin", p.adminURL, "admin_socket", p.c.Admin.UnixSocket, "pid", os.Getpid())
 	signals := 0
 	for {

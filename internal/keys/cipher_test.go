@@ -73,8 +73,8 @@ func TestDescriptorRecordsCipher(t *testing.T) {
 				t.Fatal(err)
 			}
 			m := d.Marshal()
-			if d.Format != 3 || !bytes.Contains(m, []byte(`"cipher"`)) || !k.Pieced {
-				t.Fatalf("descriptor (pieced %v): %s", k.Pieced, m)
+			if d.Format != 4 || !bytes.Contains(m, []byte(`"cipher"`)) || !k.Pieced || !k.Patches {
+				t.Fatalf("descriptor (pieced %v, patches %v): %s", k.Pieced, k.Patches, m)
 			}
 			d2, err := ParseDescriptor(m)
 			if err != nil {
@@ -146,7 +146,9 @@ func TestParseDescriptorCipherField(t *testing.T) {
 		"format 2 without cipher": func(d *Descriptor) { d.Cipher = "" },
 		"format 1 with cipher":    func(d *Descriptor) { d.Format = 1 },
 		"format 3 without cipher": func(d *Descriptor) { d.Format, d.Cipher = 3, "" },
-		"format 4":                func(d *Descriptor) { d.Format = 4 },
+		"format 4 without cipher": func(d *Descriptor) { d.Format, d.Cipher = 4, "" },
+		"format 5":                func(d *Descriptor) { d.Format = 5 },
+		"format 0":                func(d *Descriptor) { d.Format = 0 },
 	} {
 		nd := *d
 		edit(&nd)
@@ -184,38 +186,45 @@ func TestParseCipherAndDefault(t *testing.T) {
 }
 
 // A filesystem keeps its format: a format-2 descriptor (cipher recorded,
-// no pieced frames) still parses and unlocks, without pieces, and a
-// re-wrap keeps it format 2.
-func TestFormat2DescriptorKeepsWholeFrames(t *testing.T) {
-	d, _, err := NewDescriptorCipher("correct horse", cheapKDF(), CipherXAES256GCM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Format = 2
-	d2, err := ParseDescriptor(d.Marshal())
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := d2.Unlock("correct horse")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if k.Pieced || k.Cipher != CipherXAES256GCM {
-		t.Fatalf("format 2: pieced %v, cipher %q", k.Pieced, k.Cipher)
-	}
-	nd, err := d2.Rewrap("correct horse", "battery staple", cheapKDF())
-	if err != nil || nd.Format != 2 {
-		t.Fatalf("re-wrapped format-2 descriptor: format %d, %v", nd.Format, err)
+// no pieced frames) and a format-3 one (pieced frames, made before
+// patches) still parse and unlock, with the features of their format
+// only, and a re-wrap keeps the format: only `ebbfs upgrade` changes it.
+func TestOlderDescriptorsKeepTheirFormat(t *testing.T) {
+	for _, tc := range []struct {
+		format int
+		c      Cipher
+		pieced bool
+	}{{2, CipherXAES256GCM, false}, {3, CipherXChaCha20Poly1305, true}} {
+		d, _, err := NewDescriptorCipher("correct horse", cheapKDF(), tc.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Format = tc.format
+		d2, err := ParseDescriptor(d.Marshal())
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := d2.Unlock("correct horse")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Pieced != tc.pieced || k.Patches || k.Cipher != tc.c {
+			t.Fatalf("format %d: pieced %v, patches %v, cipher %q", tc.format, k.Pieced, k.Patches, k.Cipher)
+		}
+		nd, err := d2.Rewrap("correct horse", "battery staple", cheapKDF())
+		if err != nil || nd.Format != tc.format {
+			t.Fatalf("re-wrapped format-%d descriptor: format %d, %v", tc.format, nd.Format, err)
+		}
 	}
 }
 
-// Upgraded moves formats 1 and 2 to 3 with the same key and the cipher
-// named, and the result unlocks with pieces.
+// Upgraded moves formats 1 to 3 to 4 with the same key and the cipher
+// named, and the result unlocks with pieces and patches.
 func TestDescriptorUpgraded(t *testing.T) {
 	for _, tc := range []struct {
 		format int
 		c      Cipher
-	}{{1, CipherXChaCha20Poly1305}, {2, CipherXAES256GCM}, {2, CipherXChaCha20Poly1305}} {
+	}{{1, CipherXChaCha20Poly1305}, {2, CipherXAES256GCM}, {2, CipherXChaCha20Poly1305}, {3, CipherXAES256GCM}} {
 		d, k, err := NewDescriptorCipher("correct horse", cheapKDF(), tc.c)
 		if err != nil {
 			t.Fatal(err)
@@ -232,12 +241,35 @@ func TestDescriptorUpgraded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if nd.Format != FormatVersion || nd.Cipher != tc.c || !k2.Pieced || nd.UUID != d.UUID {
+		if nd.Format != FormatVersion || nd.Cipher != tc.c || !k2.Pieced || !k2.Patches || nd.UUID != d.UUID {
 			t.Fatalf("format %d upgraded: %s", tc.format, nd.Marshal())
 		}
 		sealed := k.Data.Seal([]byte("a"), []byte("same key"))
 		if got, err := k2.Data.Open([]byte("a"), sealed); err != nil || string(got) != "same key" {
 			t.Fatalf("format %d upgraded: the data key changed: %v", tc.format, err)
 		}
+	}
+}
+
+// UpgradeChanges names each format an upgrade passes, and that older
+// builds refuse the result; nothing at the current format.
+func TestUpgradeChanges(t *testing.T) {
+	for from, want := range map[int][]string{
+		1: {"format 3:", "format 4:", "refuse"},
+		2: {"format 3:", "format 4:", "refuse"},
+		3: {"format 4:", "refuse"},
+	} {
+		got := UpgradeChanges(from)
+		if len(got) != len(want) {
+			t.Fatalf("from %d: %q", from, got)
+		}
+		for i, w := range want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("from %d, line %d: %q lacks %q", from, i, got[i], w)
+			}
+		}
+	}
+	if got := UpgradeChanges(FormatVersion); len(got) != 0 {
+		t.Fatalf("from the current format: %q", got)
 	}
 }

@@ -19,14 +19,20 @@ import (
 // DescriptorKey is the object key of the descriptor.
 const DescriptorKey = "ebbfs.fs"
 
-// FormatVersion is the descriptor format this build writes. Format 3 lets
+// FormatVersion is the descriptor format this build writes. Format 4 lets
+// extent values hold patches (FORMAT.md, "Extent value"); format 3 lets
 // the writer seal the frames of raw extents in pieces (FORMAT.md, "Pieced
 // frame"); format 2 records the frame and metadata cipher ("cipher");
-// format 1 (no cipher field) is XChaCha20-Poly1305 throughout. All three
-// are read. A filesystem keeps the format it was made with, and only a
-// format-3 one gets pieced frames: a build that knows format 2 at most
-// refuses its descriptor rather than meet a frame it cannot read.
-const FormatVersion = 3
+// format 1 (no cipher field) is XChaCha20-Poly1305 throughout. All four
+// are read. A filesystem keeps the format it was made with until `ebbfs
+// upgrade`, and gets a format's features only at that format: a build
+// that knows an older format at most refuses the descriptor rather than
+// meet a frame or a value it cannot read.
+const FormatVersion = 4
+
+// formatPieced is the descriptor format of filesystems made after pieced
+// frames and before patches.
+const formatPieced = 3
 
 // formatCipher is the descriptor format of filesystems made after the
 // cipher became a choice and before pieced frames.
@@ -84,8 +90,13 @@ type Keys struct {
 	// of raw extents over 4 KiB in pieces. Every build that reads format 3
 	// reads pieced frames in any filesystem.
 	Pieced bool
-	Data   *AEAD // frames and segment directories
-	Meta   *AEAD // journal, manifests, SSTs, lease-free metadata objects
+	// Patches: the filesystem is format 4, whose extent values may hold
+	// patches (a base frame and frames of parts of the extent). Only then
+	// may a writer store one; every build that reads format 4 reads
+	// patched values in any filesystem.
+	Patches bool
+	Data    *AEAD // frames and segment directories
+	Meta    *AEAD // journal, manifests, SSTs, lease-free metadata objects
 }
 
 func mustRand(b []byte) {
@@ -114,7 +125,7 @@ func NewDescriptor(password string, kdf KDFParams) (*Descriptor, *Keys, error) {
 }
 
 // NewDescriptorCipher is NewDescriptor with a chosen cipher. The
-// descriptor is format 3 and names the cipher.
+// descriptor is at FormatVersion and names the cipher.
 func NewDescriptorCipher(password string, kdf KDFParams, c Cipher) (*Descriptor, *Keys, error) {
 	if len(password) < MinPasswordLen {
 		return nil, nil, ErrShortPassword
@@ -132,7 +143,7 @@ func NewDescriptorCipher(password string, kdf KDFParams, c Cipher) (*Descriptor,
 	}
 	a, _ := newAEAD(k)
 	d.WrappedKey = a.Seal(wrapAAD(d.UUID), master)
-	ks, err := derive(d.UUID, master, c, true)
+	ks, err := derive(d.UUID, master, c, FormatVersion)
 	return d, ks, err
 }
 
@@ -153,7 +164,7 @@ func ParseDescriptor(b []byte) (*Descriptor, error) {
 		if d.Cipher != "" {
 			return nil, fmt.Errorf("descriptor %s has format 1 and a cipher field: %w", DescriptorKey, errMalformed)
 		}
-	case formatCipher, FormatVersion:
+	case formatCipher, formatPieced, FormatVersion:
 		if !d.Cipher.Valid() {
 			return nil, fmt.Errorf("descriptor %s names cipher %q; this build knows %s and %s", DescriptorKey, d.Cipher, CipherXAES256GCM, CipherXChaCha20Poly1305)
 		}
@@ -179,7 +190,7 @@ func (d *Descriptor) Unlock(password string) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	return derive(d.UUID, master, d.CipherOf(), d.Format >= FormatVersion)
+	return derive(d.UUID, master, d.CipherOf(), d.Format)
 }
 
 func (d *Descriptor) unwrap(password string) ([]byte, error) {
@@ -227,7 +238,23 @@ func (d *Descriptor) Upgraded() *Descriptor {
 	return &nd
 }
 
-func derive(uuid [16]byte, master []byte, c Cipher, pieced bool) (*Keys, error) {
+// UpgradeChanges says, one line a format, what moving a filesystem of
+// descriptor format from to FormatVersion changes for its writer and for
+// the builds that can mount it (nothing when from is current).
+func UpgradeChanges(from int) []string {
+	var out []string
+	if from < formatPieced {
+		out = append(out, "format 3: the writer seals extents of data that does not compress in 4 KiB pieces, so that small random reads fetch and decrypt only what they need")
+	}
+	if from < FormatVersion {
+		out = append(out, "format 4: an extent's value may hold patches (frames of parts of the extent beside its base frame), so that a writer can store a write into part of an extent as only the bytes written (docs/PATCHES.md)")
+		out = append(out, fmt.Sprintf("builds that do not know format %d (every build before patched extents) refuse to mount the filesystem from then on", FormatVersion))
+	}
+	return out
+}
+
+// derive makes the keys of a filesystem of descriptor format format.
+func derive(uuid [16]byte, master []byte, c Cipher, format int) (*Keys, error) {
 	var err error
 	sub := func(info string) *AEAD {
 		k := make([]byte, 32)
@@ -241,7 +268,7 @@ func derive(uuid [16]byte, master []byte, c Cipher, pieced bool) (*Keys, error) 
 		}
 		return a
 	}
-	ks := &Keys{UUID: uuid, Cipher: c, Pieced: pieced, Data: sub("ebbfs data v1"), Meta: sub("ebbfs meta v1")}
+	ks := &Keys{UUID: uuid, Cipher: c, Pieced: format >= formatPieced, Patches: format >= FormatVersion, Data: sub("ebbfs data v1"), Meta: sub("ebbfs meta v1")}
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ var layers = map[string][]string{
 	// The daemon wires the engine, reclamation, FUSE, NBD and the admin
 	// endpoint; telemetry, the monitor and the mount helper sit below it
 	// and beside each other.
-	"internal/daemon":      {"fs", "fs/fuse", "nbd", "reclaim", "checkpoint", "objstore", "internal/admin", "internal/config", "internal/gnutls", "internal/telemetry", "internal/mountinfo", "internal/clock", "internal/failpoint", "internal/keys", "internal/stats", "internal/worker"},
+	"internal/daemon":      {"fs", "fs/fuse", "nbd", "reclaim", "checkpoint", "mirror", "lsm", "objstore", "internal/admin", "internal/config", "internal/gnutls", "internal/telemetry", "internal/mountinfo", "internal/clock", "internal/failpoint", "internal/keys", "internal/stats", "internal/worker"},
 	"internal/telemetry":   {"fs", "reclaim", "checkpoint", "segment", "segread", "objstore", "internal/clock", "internal/stats", "internal/worker"},
 	"internal/monitor":     {"internal/telemetry", "internal/admin", "checkpoint", "internal/stats"},
 	"internal/mounthelper": {"fs/fuse", "internal/config", "internal/mountinfo"},
@@ -37,6 +37,7 @@ var layers = map[string][]string{
 	"fs":                   {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
 	"reclaim":              {"lsm", "lsm/schema", "segment", "segread", "checkpoint", "objstore"},
 	"checkpoint":           {"lsm", "lsm/schema", "objstore"},
+	"mirror":               {"lsm", "lsm/schema", "segment", "checkpoint", "objstore"},
 	"lsm":                  {"lsm/schema", "objstore"},
 	"lsm/schema":           {},
 	"segread":              {"segment", "objstore"},

@@ -13,6 +13,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 
+	"ebbfs.dev/ebbfs/checkpoint"
 	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/admin"
 	"ebbfs.dev/ebbfs/internal/stats"
@@ -178,5 +179,48 @@ func TestViewOfAReplica(t *testing.T) {
 	}
 	if strings.Contains(v, "tombstones pending") {
 		t.Errorf("a replica's view shows the writer's footprint:\n%s", v)
+	}
+}
+
+// TestReplicaOffersOnlyWorkingKeys: a replica's monitor neither offers nor
+// takes r and s (it does not reclaim); the writer's does both.
+func TestReplicaOffersOnlyWorkingKeys(t *testing.T) {
+	m := &tuiModel{interval: time.Second, width: 120, height: 60}
+	st := sampleState(time.Now(), 0, 0)
+	st.Role, st.Space, st.Reclaim, st.ReclaimTotals = telemetry.RoleReplica, nil, nil, nil
+	m.Update(sampleMsg{st: *st})
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("?")})
+	v := m.View()
+	for _, gone := range []string{"run a cycle now", "sweep now"} {
+		if strings.Contains(v, gone) {
+			t.Errorf("a replica's monitor offers %q:\n%s", gone, v)
+		}
+	}
+	if !strings.Contains(v, "quit") {
+		t.Errorf("a replica's monitor lost its other keys:\n%s", v)
+	}
+	for _, k := range []string{"r", "s"} {
+		m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(k)})
+		if m.confirm != "" {
+			t.Errorf("%s on a replica asks %q", k, m.confirm)
+		}
+	}
+	w := &tuiModel{interval: time.Second, width: 120, height: 60}
+	w.Update(sampleMsg{st: *sampleState(time.Now(), 0, 0)})
+	if v := w.View(); !strings.Contains(v, "run a cycle now") {
+		t.Errorf("the writer's monitor does not offer r:\n%s", v)
+	}
+}
+
+// TestCheckpointPanelNamesWhatATTLCheckpointHolds: the checkpoint whose
+// span sets the grace says how many dead bytes it holds back.
+func TestCheckpointPanelNamesWhatATTLCheckpointHolds(t *testing.T) {
+	m := &tuiModel{interval: time.Second, width: 120, height: 60}
+	now := time.Now()
+	st := sampleState(now, 0, 0)
+	st.Checkpoints = []checkpoint.Record{{Name: "hold", Kind: checkpoint.Ephemeral, ManifestSeq: 1, CreateTime: now, ExpireTime: now.Add(10 * time.Minute)}}
+	st.Space.AwaitingBytes, st.Space.HeldBy, st.Space.HeldGrace = 192<<20, "hold", 10*time.Minute+30*time.Second
+	if p := m.checkpointPanel(st, now); !strings.Contains(p, "holds back 192.0 MiB (grace 10m30s)") {
+		t.Fatalf("checkpoint panel:\n%s", p)
 	}
 }

@@ -55,6 +55,18 @@ var monKeys = keyMap{
 	No:    key.NewBinding(key.WithKeys("n", "N", "esc"), key.WithHelp("n/esc", "cancel")),
 }
 
+// keys returns the bindings that work on the process shown: a replica
+// or a checkpoint reader does not reclaim, so r and s are neither offered
+// nor taken there.
+func (m *tuiModel) keys() keyMap {
+	k := monKeys
+	if m.cur != nil && m.cur.Role != telemetry.RoleWriter {
+		k.Run.SetEnabled(false)
+		k.Sweep.SetEnabled(false)
+	}
+	return k
+}
+
 type tickMsg struct{}
 
 type sampleMsg struct {
@@ -205,7 +217,7 @@ func (m *tuiModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.focus = (m.focus + 1) % numPanels
 		case key.Matches(msg, monKeys.Prev):
 			m.focus = (m.focus + numPanels - 1) % numPanels
-		case key.Matches(msg, monKeys.Run), key.Matches(msg, monKeys.Sweep):
+		case key.Matches(msg, m.keys().Run), key.Matches(msg, m.keys().Sweep):
 			if m.busy != "" {
 				m.notice = "a " + m.busy + " is already running"
 				return m, nil

@@ -76,36 +76,43 @@ func (m *tuiModel) View() string {
 	st := m.cur
 	now := st.At
 	w := max(m.width, 40)
-	var out []string
-	out = append(out, m.header(st, w))
+	top := []string{m.header(st, w)}
+	top = append(top, m.healthLines(st, w)...)
 	if m.showHelp {
-		out = append(out, m.help.FullHelpView(monKeys.FullHelp()))
+		top = append(top, m.help.FullHelpView(m.keys().FullHelp()))
 	}
-	// Two columns on a wide terminal, one otherwise.
+	// Two columns on a wide terminal (from 120 cells: at 40 rows one
+	// column would push durability and checkpoints off the screen), one
+	// otherwise.
 	cols := 1
-	if w >= 150 {
+	if w >= 120 {
 		cols = 2
 	}
 	pw := w
 	if cols == 2 {
 		pw = w / 2
 	}
-	panels := []string{
-		m.panel(panelIO, m.ioPanel(st, pw-4), pw),
-		m.panel(panelFootprint, m.footprintPanel(st, pw-4, now), pw),
-		m.panel(panelReclaim, m.reclaimPanel(st, pw-4, now), pw),
-		m.panel(panelDurability, m.durabilityPanel(st, pw-4), pw),
-		m.panel(panelCheckpoints, m.checkpointPanel(st, now), pw),
+	bodies := []string{
+		m.ioPanel(st, pw-4),
+		m.footprintPanel(st, pw-4, now),
+		m.reclaimPanel(st, pw-4, now),
+		m.durabilityPanel(st, pw-4),
+		m.checkpointPanel(st, now),
 	}
+	for i := range bodies {
+		bodies[i] = fitBody(bodies[i], pw-4)
+	}
+	foot := m.footer()
+	avail := m.height - lipgloss.Height(strings.Join(top, "\n")) - lipgloss.Height(foot)
+	var body string
 	if cols == 2 {
-		left := lipgloss.JoinVertical(lipgloss.Left, panels[0], panels[1], panels[3])
-		right := lipgloss.JoinVertical(lipgloss.Left, panels[2], panels[4])
-		out = append(out, lipgloss.JoinHorizontal(lipgloss.Top, left, right))
+		left := m.column([]int{panelIO, panelFootprint, panelDurability}, bodies, pw, avail)
+		right := m.column([]int{panelReclaim, panelCheckpoints}, bodies, pw, avail)
+		body = lipgloss.JoinHorizontal(lipgloss.Top, left, right)
 	} else {
-		out = append(out, panels...)
+		body = m.column([]int{panelIO, panelFootprint, panelReclaim, panelDurability, panelCheckpoints}, bodies, pw, avail)
 	}
-	out = append(out, m.footer())
-	view := strings.Join(out, "\n")
+	view := strings.Join(append(top, body, foot), "\n")
 	// Keep the footer (keys, prompts) visible on a short terminal.
 	if lines := strings.Split(view, "\n"); m.height > 0 && len(lines) > m.height {
 		foot := lines[len(lines)-1]
@@ -113,6 +120,45 @@ func (m *tuiModel) View() string {
 		view = strings.Join(lines, "\n")
 	}
 	return view
+}
+
+// column stacks the panels in order, the last one stretched so that the
+// column fills height rows (the terminal's full height is used).
+func (m *tuiModel) column(order []int, bodies []string, width, height int) string {
+	panels := make([]string, len(order))
+	used := 0
+	for i, p := range order {
+		panels[i] = m.panel(p, bodies[p], width)
+		used += lipgloss.Height(panels[i])
+	}
+	if extra := height - used; height > 0 && extra > 0 {
+		last := order[len(order)-1]
+		panels[len(panels)-1] = m.panel(last, bodies[last]+strings.Repeat("\n", extra), width)
+	}
+	return lipgloss.JoinVertical(lipgloss.Left, panels...)
+}
+
+// healthLines is the health line `ebbfs status` leads with, fitted to w
+// columns at its separators, alarms in red.
+func (m *tuiModel) healthLines(st *telemetry.State, w int) []string {
+	if st.Health.Role == "" {
+		return nil // an older process
+	}
+	parts := HealthParts(st.Health, st.At)
+	for i, p := range parts {
+		if isAlarm(p) {
+			parts[i] = styleErr.Render(p)
+		}
+	}
+	return fitStyled(parts, HealthSep, w)
+}
+
+// isAlarm reports whether a health part is an alarm (its first word in
+// capitals).
+func isAlarm(part string) bool {
+	word, _, _ := strings.Cut(part, " ")
+	word = strings.TrimRight(word, ":,")
+	return len(word) > 1 && strings.ToUpper(word) == word && strings.ToLower(word) != word
 }
 
 func (m *tuiModel) panel(i int, body string, width int) string {
@@ -148,11 +194,15 @@ func (m *tuiModel) header(st *telemetry.State, w int) string {
 		}
 		parts = append(parts, lipgloss.NewStyle().Bold(true).Render(lag))
 	}
-	h := strings.Join(parts, "  ")
-	if m.err != nil {
-		h += "\n" + styleErr.Render("last sample failed: "+m.err.Error())
+	parts = append(parts, styleMuted.Render(st.At.Local().Format(time.TimeOnly)))
+	h := strings.Join(fitStyled(parts, "  ", w), "\n")
+	if a := damageAlarm(st); a != "" {
+		h += "\n" + strings.Join(fitLine(styleAlarm.Render(a), w, 0), "\n")
 	}
-	return lipgloss.NewStyle().MaxWidth(w).Render(h) + "  " + styleMuted.Render(st.At.Local().Format(time.TimeOnly))
+	if m.err != nil {
+		h += "\n" + strings.Join(fitLine(styleErr.Render("last sample failed: "+m.err.Error()), w, 0), "\n")
+	}
+	return h
 }
 
 func (m *tuiModel) footer() string {
@@ -164,7 +214,7 @@ func (m *tuiModel) footer() string {
 	case m.busy != "":
 		return "running a " + m.busy + " on the writer…"
 	}
-	s := m.help.ShortHelpView(monKeys.ShortHelp())
+	s := m.help.ShortHelpView(m.keys().ShortHelp())
 	if m.notice != "" {
 		n := m.notice
 		if m.noticeErr {
@@ -312,7 +362,7 @@ func (m *tuiModel) reclaimPanel(st *telemetry.State, w int, now time.Time) strin
 		if lc.Error != "" {
 			s += " · " + styleErr.Render(lc.Error)
 		}
-		lines = append(lines, row("", lipgloss.NewStyle().Width(max(w-12, 20)).Render(s)))
+		lines = append(lines, row("", s))
 	}
 	if t := st.ReclaimTotals; t != nil {
 		lines = append(lines, row("", styleMuted.Render(fmt.Sprintf("total: %d ok, %d blocked, %d failed · %d deleted, %s freed · %d repacks",
@@ -412,6 +462,9 @@ func (m *tuiModel) checkpointPanel(st *telemetry.State, now time.Time) string {
 		exp := "until deleted"
 		if c.Kind == checkpoint.Ephemeral {
 			exp = "expires " + until(c.ExpireTime, now)
+			if sp := st.Space; sp != nil && sp.HeldBy == c.Name {
+				exp += fmt.Sprintf(" · holds back %s (grace %s)", HumanBytes(sp.AwaitingBytes), sp.HeldGrace.Round(time.Second))
+			}
 		}
 		name := c.Name
 		if strings.HasPrefix(c.Name, "reader-") {

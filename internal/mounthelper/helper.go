@@ -34,6 +34,7 @@ const mountWaitTimeout = 5 * time.Minute
 type helperArgs struct {
 	config, mountpoint string
 	readOnly           bool
+	standby            bool // -o standby: ebbfs run --standby
 	rwGiven            bool // "ro" or "rw" was among the options
 	remount            bool
 	fake, verbose      bool
@@ -89,6 +90,8 @@ func (h *helperArgs) addOptions(s string) {
 			h.readOnly, h.rwGiven = false, true
 		case o == "remount":
 			h.remount = true
+		case o == "standby":
+			h.standby = true
 		default:
 			// Generic mount(8) and fstab options (defaults, _netdev, nofail,
 			// noauto, user, x-systemd.*, ...) and FUSE options that [mount]
@@ -153,6 +156,12 @@ func Run(args []string) error {
 		return fmt.Errorf("finding the ebbfs binary: %w", err)
 	}
 	runArgs := []string{"run", "-c", c.Path, "--mountpoint", mp}
+	if h.standby && h.readOnly {
+		return &UsageError{errors.New("-o standby becomes the writer when the writer fails; it goes without ro")}
+	}
+	if h.standby {
+		runArgs = append(runArgs, "--standby")
+	}
 	if h.readOnly {
 		runArgs = append(runArgs, "--read-only")
 	}

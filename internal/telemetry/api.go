@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"ebbfs.dev/ebbfs/checkpoint"
+	"ebbfs.dev/ebbfs/fs"
+	"ebbfs.dev/ebbfs/objstore"
 	"ebbfs.dev/ebbfs/reclaim"
 )
 
@@ -11,7 +13,34 @@ const (
 	RouteReclaimSweep = "/v1/reclaim/sweep"
 	RouteSpace        = "/v1/space"
 	RouteCheckpoints  = "/v1/checkpoints"
+	RouteTrace        = "/v1/trace"
+	RouteRestore      = "/v1/checkpoints-restore"
 )
+
+// RestoreRequest is the body of POST /v1/checkpoints-restore.
+type RestoreRequest struct {
+	Name string `json:"name"`
+}
+
+// RestoreReply is what `ebbfs checkpoint restore --json` prints
+// (docs/JSON.md).
+type RestoreReply struct {
+	Checkpoint string `json:"checkpoint"` // the checkpoint restored
+	// PreRestore is the persistent checkpoint of the state replaced:
+	// restoring it undoes the restore; deleting it lets reclamation free
+	// what only that state referenced.
+	PreRestore string  `json:"pre_restore_checkpoint"`
+	Writer     string  `json:"writer"` // "running" (through its admin socket) or "none" (opened for the restore)
+	Seconds    float64 `json:"duration_seconds"`
+	fs.RestoreStats
+}
+
+// TraceLine is one line of GET /v1/trace: a store request, and how many
+// the client has missed so far by not keeping up.
+type TraceLine struct {
+	objstore.TraceEvent
+	Dropped uint64 `json:"dropped,omitempty"`
+}
 
 // CheckpointRequest is the body of POST /v1/checkpoints.
 type CheckpointRequest struct {
@@ -43,4 +72,9 @@ const (
 	ExtraCacheDirFloor           = "cache_dir_floor"
 	ExtraCacheDirReserveReleased = "cache_dir_reserve_released"
 	ExtraMetadataFailed          = "metadata_failed"
+	ExtraHealth                  = "health" // Health
+	// Damage: []fs.DamagedFile, the files reads found damaged, and the
+	// frames that failed authentication; set only when there is some.
+	ExtraDamage        = "damage"
+	ExtraCorruptFrames = "corrupt_frames"
 )

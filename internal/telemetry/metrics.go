@@ -22,6 +22,8 @@ type Collector struct {
 
 	build, lagDesc, memLimit *prometheus.Desc
 
+	ha haDescs // standby writers (ha_metrics.go)
+
 	storeRequests, storeBytes, storeDuration, storeErrors, storeUnreachable *prometheus.Desc
 
 	segments, segmentBytes, segmentStored, live, metaObjects, metaBytes *prometheus.Desc
@@ -35,8 +37,11 @@ type Collector struct {
 	metaPasses, metaDeleted, metaDeletedBytes *prometheus.Desc
 
 	barrierDuration, barrierFailures, dirty *prometheus.Desc
+	barrierJoins, syncsClean                *prometheus.Desc
 
-	cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheFetched, cacheSkipped, cacheAhead, authFailures *prometheus.Desc
+	patchWrites, patchBytes, merges, mergeQueue *prometheus.Desc
+
+	cacheHits, cacheMisses, cacheBytes, cacheEntries, cacheFetched, cacheSkipped, cacheAhead, cacheWaits, cachePieces, authFailures *prometheus.Desc
 
 	fuseOps, fuseErrors, fuseBytes, fuseDuration, nbdOps, nbdErrors, nbdBytes, nbdDuration *prometheus.Desc
 }
@@ -50,8 +55,9 @@ func NewCollector(src *Source, sampler *Sampler) *Collector {
 		c.descs = append(c.descs, desc)
 		return desc
 	}
-	c.build = d("ebbfs_build_info", "Constant 1, labelled with the version and the role of this process (writer, replica, checkpoint).", "version", "role")
+	c.build = d("ebbfs_build_info", "Constant 1, labelled with the version and the role of this process (writer, standby, replica, checkpoint).", "version", "role")
 	c.lagDesc = d("ebbfs_replica_lag_seconds", "Replicas: how long ago the last probe of the writer's journal found nothing newer than what this replica serves (the newest durable state is at most this old here).")
+	c.ha = newHADescs(d)
 	c.memLimit = d("ebbfs_memory_limit_bytes", "The Go memory limit the process runs under (the cache plus headroom, or GOMEMLIMIT).")
 
 	c.storeRequests = d("ebbfs_store_requests_total", "Object-store requests sent by this process, by operation and key space.", "op", "space")
@@ -97,7 +103,14 @@ func NewCollector(src *Source, sampler *Sampler) *Collector {
 
 	c.barrierDuration = d("ebbfs_barrier_duration_seconds", "Durability barriers (fsync, NBD flush, periodic flush, ebbfs flush): seal, upload, commit, journal.")
 	c.barrierFailures = d("ebbfs_barrier_failures_total", "Barriers that failed (the data stays dirty and is retried).")
+	c.barrierJoins = d("ebbfs_barrier_joins_total", "Barrier calls (fsync, NBD flush, ...) that shared a barrier another call ran (group commit).")
+	c.syncsClean = d("ebbfs_fsync_clean_total", "fsyncs that found nothing of their file to make durable: no barrier, no request.")
 	c.dirty = d("ebbfs_dirty_bytes", "Written data not yet sealed into a segment.")
+
+	c.patchWrites = d("ebbfs_patch_writes_total", "Patches committed: writes into part of an extent stored as only their bytes (docs/PATCHES.md).")
+	c.patchBytes = d("ebbfs_patch_bytes_total", "Plain bytes of the patches committed.")
+	c.merges = d("ebbfs_merges_total", "Patched extents the merger folded into a whole buffer, which the next flush stores as one frame.")
+	c.mergeQueue = d("ebbfs_merge_queue", "Patched extents waiting for the merger.")
 
 	c.cacheHits = d("ebbfs_cache_hits_total", "Frames served without a store request, by level (memory, disk, pending: a segment still uploading).", "level")
 	c.cacheMisses = d("ebbfs_cache_misses_total", "Frames fetched from the store.")
@@ -105,6 +118,8 @@ func NewCollector(src *Source, sampler *Sampler) *Collector {
 	c.cacheEntries = d("ebbfs_cache_entries", "Entries in the frame caches, by level (memory: runs of frames, disk: frames).", "level")
 	c.cacheFetched = d("ebbfs_cache_fetched_bytes_total", "Bytes the reads of missed frames fetched from the store.")
 	c.cacheAhead = d("ebbfs_cache_readahead_frames_total", "Frames decrypted from sealed bytes read ahead (local store).")
+	c.cacheWaits = d("ebbfs_cache_fetch_waits_total", "Frames a read waited for another read's fetch of (a read-ahead, a concurrent request) rather than fetching them again.")
+	c.cachePieces = d("ebbfs_cache_piece_reads_total", "Random reads served from the pieces fetched for them alone (no locality in a file larger than the disk cache), not from a whole frame.")
 	c.cacheSkipped = d("ebbfs_cache_disk_skipped_bytes_total", "Frame bytes the disk cache left out because its write queue was full (the cache disk slower than uploads and fetches).")
 	c.authFailures = d("ebbfs_frame_auth_failures_total", "Frames or segment directories that failed authentication or checks, by where they came from (store: reported as EIO; disk_cache: dropped and fetched again).", "source")
 
@@ -169,13 +184,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	p := c.src
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	gauge(ch, c.build, 1, p.Version, map[string]string{RoleWriter: "writer", RoleReplica: "replica", RoleCheckpoint: "checkpoint"}[p.Role()])
+	gauge(ch, c.build, 1, p.Version, map[string]string{RoleWriter: "writer", RoleReplica: "replica", RoleStandby: "standby", RoleCheckpoint: "checkpoint"}[p.Role()])
 	gauge(ch, c.memLimit, float64(memoryLimit()))
 	if p.Lag != nil {
 		gauge(ch, c.lagDesc, p.Lag.Get(ctx).LagSeconds)
 	}
 	c.collectStore(ch)
 	c.collectEngine(ch)
+	c.collectHA(ch)
 	r, gc := p.reclamation()
 	if r == nil {
 		return
@@ -230,7 +246,13 @@ func (c *Collector) collectEngine(ch chan<- prometheus.Metric) {
 		counter(ch, c.cleanerBatches, float64(cs.CleanerBatches))
 		histogram(ch, c.barrierDuration, es.BarrierLatency)
 		counter(ch, c.barrierFailures, float64(es.BarrierFailures))
+		counter(ch, c.barrierJoins, float64(es.BarrierJoins))
+		counter(ch, c.syncsClean, float64(es.SyncsClean))
 		gauge(ch, c.dirty, float64(p.Engine.DirtyBytes()))
+		counter(ch, c.patchWrites, float64(es.PatchWrites))
+		counter(ch, c.patchBytes, float64(es.PatchBytes))
+		counter(ch, c.merges, float64(es.Merges))
+		gauge(ch, c.mergeQueue, float64(p.Engine.MergeQueue()))
 	}
 	rs := p.Engine.Reader().Stats()
 	counter(ch, c.cacheHits, float64(rs.MemHits), "memory")
@@ -243,6 +265,8 @@ func (c *Collector) collectEngine(ch chan<- prometheus.Metric) {
 	gauge(ch, c.cacheEntries, float64(rs.DiskEntries), "disk")
 	counter(ch, c.cacheFetched, float64(rs.BytesFetched))
 	counter(ch, c.cacheAhead, float64(rs.AheadHits))
+	counter(ch, c.cacheWaits, float64(rs.Waits))
+	counter(ch, c.cachePieces, float64(rs.PieceHits))
 	counter(ch, c.cacheSkipped, float64(rs.DiskSkipped))
 	counter(ch, c.authFailures, float64(rs.Corrupt), "store")
 	counter(ch, c.authFailures, float64(rs.DiskCorrupt), "disk_cache")

@@ -29,6 +29,7 @@ const (
 const (
 	RoleWriter     = "writer"
 	RoleReplica    = "replica"
+	RoleStandby    = "standby"
 	RoleCheckpoint = "checkpoint reader"
 )
 
@@ -45,6 +46,9 @@ type State struct {
 	StartedAt  time.Time `json:"started_at"`
 	UptimeSec  float64   `json:"uptime_seconds"`
 	NBD        []string  `json:"nbd,omitempty"`
+
+	// Health is the summary `ebbfs status` leads with.
+	Health Health `json:"health"`
 
 	Replica *ReplicaState `json:"replica,omitempty"`
 
@@ -76,6 +80,10 @@ type State struct {
 
 	Checkpoints     []checkpoint.Record `json:"checkpoints"`
 	CheckpointError string              `json:"checkpoint_error,omitempty"`
+
+	// Damage lists the files reads found damaged (frames that do not
+	// authenticate): the alarm of the monitor's header and the page.
+	Damage []fs.DamagedFile `json:"damage,omitempty"`
 }
 
 // MetaGCState is the metadata object GC's part of State.
@@ -115,6 +123,8 @@ type Source struct {
 	StartedAt  time.Time
 	// NBDAddrs returns the NBD addresses served (nil: none).
 	NBDAddrs func() []string
+	// HA returns the process's part in standby writers (nil: not shown).
+	HA func() HAStatus
 	// Reclaim returns the writer's reclamation, or nils before it starts
 	// and on a reader.
 	Reclaim func() (*reclaim.Reclaimer, *reclaim.MetaGC)
@@ -125,6 +135,8 @@ func (s *Source) Role() string {
 	switch {
 	case s.Checkpoint != "":
 		return RoleCheckpoint
+	case s.Engine.Promotable():
+		return RoleStandby
 	case s.Engine.ReadOnly():
 		return RoleReplica
 	}
@@ -276,10 +288,12 @@ func (s *Sampler) State(ctx context.Context) State {
 		Cache:       p.Engine.Reader().Stats(),
 		MemoryRSS:   rss(),
 		MemoryLimit: debug.SetMemoryLimit(-1),
+		Damage:      p.Engine.Damage(),
 	}
 	if p.NBDAddrs != nil {
 		st.NBD = p.NBDAddrs()
 	}
+	st.Health = s.Health(ctx)
 	if p.Count != nil {
 		st.StoreRequests = p.Count.Snapshot()
 	}

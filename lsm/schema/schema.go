@@ -131,6 +131,22 @@ func ParseDirentKey(k []byte) (parent uint64, name string, err error) {
 	return be.Uint64(k[1:]), string(k[9:]), nil
 }
 
+// KeyInode returns the inode a key belongs to: an inode's record, its
+// directory entries (a directory's), extent pointers, range tombstones,
+// tombstone, orphan mark, xattrs and symlink target all start with the
+// prefix and the inode number. Segment counters and system keys belong
+// to none.
+func KeyInode(k []byte) (uint64, bool) {
+	if len(k) < 9 {
+		return 0, false
+	}
+	switch k[0] {
+	case PInode, PDirent, PExtent, PTombstone, PRangeTomb, POrphan, PXattr, PSymlink:
+		return be.Uint64(k[1:9]), true
+	}
+	return 0, false
+}
+
 // ParseU64Key decodes a prefix|u64 key (inode, tombstone, orphan, counter).
 func ParseU64Key(k []byte, prefix byte) (uint64, error) {
 	if len(k) != 9 || k[0] != prefix {

@@ -110,3 +110,17 @@ func FuzzUnmarshal(f *testing.F) {
 		_, _, _ = ParseExtentKey(b)
 	})
 }
+
+func TestKeyInode(t *testing.T) {
+	for _, k := range [][]byte{InodeKey(7), DirentKey(7, "n"), ExtentKey(7, 3), TombstoneKey(7), OrphanKey(7),
+		XattrKey(7, "user.x"), SymlinkKey(7), RangeTombKey(7, 1, 2)} {
+		if ino, ok := KeyInode(k); !ok || ino != 7 {
+			t.Errorf("KeyInode(%q) = %d, %v; want 7", k, ino, ok)
+		}
+	}
+	for _, k := range [][]byte{CounterKey(7), {PFsSystem, 'x'}, {PInode}, nil} {
+		if _, ok := KeyInode(k); ok {
+			t.Errorf("KeyInode(%q) belongs to an inode", k)
+		}
+	}
+}

@@ -89,6 +89,34 @@
       setText("lag", dur(st.replica.lag_seconds) + " (journal " + st.replica.served_seq +
         (st.replica.error ? "; store unreachable: " + st.replica.error : "") + ")");
     } else lag.hidden = true;
+    var ha = st.health && st.health.ha;
+    if (ha && (ha.role === "standby" || ha.failovers || (ha.standbys && ha.standbys.length))) {
+      var t = st.replica ? $("lag").textContent : "";
+      lag.hidden = false;
+      if (ha.role === "standby") t += (t ? "; " : "") + "standby, writer seen " + dur(ha.since_sign_of_life_seconds || 0) +
+        " ago" + (ha.armed ? ", takes over at " + dur(ha.takeover_after_seconds) : ", not armed yet");
+      if (ha.standbys && ha.standbys.length) t += (t ? "; " : "") + ha.standbys.length + " standby(s), heartbeat every " + dur(ha.heartbeat_every_seconds);
+      if (ha.failovers) t += (t ? "; " : "") + "took over at " + ha.promoted;
+      setText("lag", t);
+    }
+  }
+
+  // The damage alarm: files whose data in the store fails authentication.
+  function renderDamage(st) {
+    var box = $("damage"), files = st.damage || [], frames = (st.cache && st.cache.Corrupt) || 0;
+    if (!files.length && !frames) { box.hidden = true; return; }
+    box.hidden = false;
+    box.setAttribute("data-files", String(files.length));
+    clear(box);
+    box.appendChild(el("strong", {}, "DAMAGE: " + (files.length ? files.length + " file(s)" : frames + " frame(s)") +
+      " fail authentication; reads of the damaged ranges return EIO. List all with ebbfs fsck --verify-data --list-damaged"));
+    var ul = el("ul", {});
+    files.forEach(function (d) {
+      var name = d.paths && d.paths.length ? d.paths.join(", ") : "inode " + d.ino + " (unlinked)";
+      var ranges = (d.ranges || []).map(function (r) { return "[" + r.offset + "," + (r.offset + r.length) + ")"; }).join(" ");
+      ul.appendChild(el("li", { "class": "damaged" }, name + " bytes " + ranges));
+    });
+    box.appendChild(ul);
   }
 
   function renderSpace(st) {
@@ -250,7 +278,7 @@
   function tick() {
     Promise.all([get("/v1/monitor"), get("/v1/history")]).then(function (res) {
       var st = res[0], hist = res[1];
-      renderHeader(st); renderSpace(st); renderExec(st, prev); renderCheckpoints(st);
+      renderHeader(st); renderDamage(st); renderSpace(st); renderExec(st, prev); renderCheckpoints(st);
       renderThroughput(st, prev); renderTombChart(hist); renderCycleChart(hist);
       prev = st;
       setText("updated", "updated " + new Date(st.at).toLocaleTimeString());
