@@ -30,6 +30,7 @@ const streamReads = 3
 // readStream tracks an inode's sequential reader.
 type readStream struct {
 	mu    sync.Mutex
+	first int64 // where the last read to finish started
 	last  int64 // where the last read to finish ended
 	end   int64 // the furthest end of the stream's reads
 	start int64 // where the stream started
@@ -53,7 +54,13 @@ func (s *readStream) random(off int64) bool {
 func (s *readStream) advance(off, end int64) (length int64, ahead bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last = end
+	if s.reads > 0 && off >= s.first && end <= s.last {
+		// A read again of (part of) the last one's bytes is no step
+		// forward: two such reads and a third nearby made a "stream"
+		// of random reads and fetched 2 MiB ahead of them.
+		return s.end - s.start, false
+	}
+	s.first, s.last = off, end
 	// An inode's first stream is one from the file's start.
 	if s.reads == 0 && off != 0 || s.reads > 0 && (off < s.end-streamSlack || off > s.end+streamSlack) {
 		s.start, s.end, s.reads = off, end, 1
