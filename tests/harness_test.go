@@ -36,8 +36,11 @@ var (
 )
 
 const (
-	mountTimeout = 60 * time.Second
-	exitTimeout  = 60 * time.Second
+	// mountTimeout and exitTimeout only catch a hang too: on a machine
+	// at load 50 a writer once printed nothing for a minute after its
+	// start, and a reclamation cycle that does nothing took 55 s.
+	mountTimeout = 3 * time.Minute
+	exitTimeout  = 3 * time.Minute
 	// cmdTimeout only catches a hung command: a loaded CI machine can
 	// make a healthy fsck --verify-data take minutes.
 	cmdTimeout   = 5 * time.Minute
