@@ -730,8 +730,9 @@ proctype Clock()
 		if :: pend[0] && pendAge[0] < FLUSH -> pendAge[0]++ :: else fi;
 		if :: pend[1] && pendAge[1] < FLUSH -> pendAge[1]++ :: else fi;
 		if :: vph == 1 && vage <= RREAD -> vage++ :: else fi;
-		if :: ckph >= 1 && ckage <= CSPAN -> ckage++ :: else fi;
+		if :: ckph >= 1 && ckage <= CSPAN -> ckage++ :: else fi
 #ifdef MIRROR
+		;
 		if :: mqn && mqage < MLAG -> mqage++ :: else fi;
 		mret[1] = mret[0]; mret[0] = 0;     /* MRET = 2 */
 		k = 1;
@@ -739,9 +740,9 @@ proctype Clock()
 		:: k <= NS -> if :: mdl[k] != NODL && mdl[k] > 0 -> mdl[k]-- :: else fi; k++
 		:: else -> break
 		od;
-		k = 0;
+		k = 0
 #endif
-		skip }
+		}
 	od
 }
 
