@@ -60,8 +60,8 @@ var ErrRestoreGone = errors.New("a segment the checkpoint references is gone")
 // sure that no reclamation cycle deletes or repacks segments while it
 // runs (a persistent checkpoint of the state being replaced, and a cycle
 // that saw it: internal/daemon). Open files whose inode the checkpoint's
-// state does not hold read ESTALE from then on; the others read the
-// restored contents, and fs/fuse refuses their writes (restore_marks.go).
+// state does not hold read ESTALE from then on; fs/fuse refuses the
+// handles of files it changed opened before it too (restore_marks.go).
 func (e *Engine) Restore(ctx context.Context, manifestSeq uint64) (RestoreStats, error) {
 	start := e.clk.Mono()
 	if e.opts.ReadOnly {

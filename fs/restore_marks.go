@@ -6,14 +6,16 @@ import (
 	"ebbfs.dev/ebbfs/lsm/schema"
 )
 
-// Open files of the state a restore replaced: an inode the restore
-// removed is stale for every handle (inode.stale: reads and writes fail
-// with ErrStale). An inode in both states keeps its number (its frames'
-// AAD names it) and the kernel's page cache is the inode's, so a handle
-// opened before the restore reads the restored contents; its writes,
-// which would land in the restored file, fail with ESTALE: fs/fuse takes
-// RestoreMark at open and asks StaleSince before each write. Only inodes
-// open when a restore changed them are remembered.
+// Open files of the state a restore replaced read ESTALE: an inode the
+// restore removed is stale for every handle (inode.stale: reads and writes
+// fail with ErrStale). An inode in both states keeps its number (its
+// frames' AAD names it), so the engine cannot tell its old handles from
+// new ones; fs/fuse takes RestoreMark at open and asks StaleSince before
+// each read, write, truncate, fallocate and seek through a handle, and
+// refuses one opened before a restore that changed the inode. An inode
+// the restore did not change (the same record and bytes in both states)
+// is a file of both states, and its handles go on. Only inodes open when
+// a restore changed them are remembered.
 
 // RestoreMarkKey is written by every restore batch (the restore's
 // number): a replica that applies a journal holding it knows the inodes

@@ -140,8 +140,10 @@ func writeSync(p string, b []byte) error {
 // writer is killed and the first server's data destroyed. The mirror
 // must mount read-only with every write fsynced more than the lag before
 // the disaster, pass fsck --verify-data, and become a writer with
-// --take-over. It reports the lag (p50, p99, max), the throughput and the
-// mirror's request cost per GiB written and per idle minute.
+// --take-over. It reports the lag (p50, p99, max), the throughput, the
+// mirror's request cost per GiB written and per idle minute, and the CPU
+// time per GiB written of the writer, the mirror, both S3 servers and the
+// load (bench/README.md).
 func TestMirrorS3ToS3(t *testing.T) {
 	primary, second := s3test.Start(t), s3test.Start(t)
 	e := newEnv(t, withS3(primary.Endpoint, primary.Region, primary.Bucket, "fs", primary.AccessKey, primary.SecretKey),
@@ -186,6 +188,17 @@ func TestMirrorS3ToS3(t *testing.T) {
 	stop := make(chan struct{})
 	loadDur := envSeconds("EBBFS_MIRROR_LOAD", 40*time.Second)
 	start := time.Now()
+	// CPU time of each process over the load: the writer, the mirror,
+	// both S3 servers, and this test (the load's writes, the kernel's
+	// FUSE work for them).
+	cpuProcs := []struct {
+		name string
+		pid  int
+	}{{"writer", w.cmd.Process.Pid}, {"mirror", mp.cmd.Process.Pid}, {"source S3", primary.Pid()}, {"mirror S3", second.Pid()}, {"load (test)", os.Getpid()}}
+	cpuStart := make([]float64, len(cpuProcs))
+	for i, c := range cpuProcs {
+		cpuStart[i] = procCPUSeconds(t, c.pid)
+	}
 	wg := mirrorLoad(t, e.mnt, 50<<20, stop, &flog)
 	type sample struct {
 		at  time.Time
@@ -203,6 +216,10 @@ func TestMirrorS3ToS3(t *testing.T) {
 	}
 	atDisaster := mustMirror(t, mt.listen)
 	disaster := time.Now()
+	cpuUsed := make([]float64, len(cpuProcs))
+	for i, c := range cpuProcs {
+		cpuUsed[i] = procCPUSeconds(t, c.pid) - cpuStart[i]
+	}
 	w.kill()
 	close(stop)
 	wg.Wait()
@@ -230,6 +247,14 @@ func TestMirrorS3ToS3(t *testing.T) {
 	t.Logf("load: %.0f MiB written in %s (%.1f MiB/s); mirror lag over %d samples: p50 %.2fs, p99 %.2fs, max %.2fs; lag bytes max %.1f MiB; %d deletions waiting for the retention",
 		float64(written)/(1<<20), loadDur, float64(written)/(1<<20)/loadDur.Seconds(), len(lags),
 		percentile(lags, 0.5), percentile(lags, 0.99), percentile(lags, 1), float64(maxBytes)/(1<<20), atDisaster.PendingDeletes)
+	var cpuParts []string
+	cpuTotal := 0.0
+	for i, c := range cpuProcs {
+		cpuTotal += cpuUsed[i]
+		cpuParts = append(cpuParts, fmt.Sprintf("%s %.1f", c.name, cpuUsed[i]/gib))
+	}
+	t.Logf("CPU seconds per GiB written: %s; total %.1f (at 50 MiB/s: %.2f cores)",
+		strings.Join(cpuParts, ", "), cpuTotal/gib, cpuTotal/gib*50/1024)
 	t.Logf("mirror requests per GiB written: source: %s; mirror store: %s",
 		perGiB(after.SourceRequests, atDisaster.SourceRequests, gib), perGiB(after.MirrorRequests, atDisaster.MirrorRequests, gib))
 	if atDisaster.PendingDeletes == 0 {
@@ -255,6 +280,29 @@ func TestMirrorS3ToS3(t *testing.T) {
 		t.Fatalf("the taken-over mirror read back %q", got)
 	}
 	tw.stop()
+}
+
+// procCPUSeconds is the user and system CPU time process pid has used
+// (/proc/PID/stat, in clock ticks of 1/100 s).
+func procCPUSeconds(t *testing.T, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("CPU time of process %d: %v", pid, err)
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis (state is field 3, utime 14, stime 15).
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, b)
+	}
+	return float64(utime+stime) / 100
 }
 
 func mustMirror(t *testing.T, addr string) mirrorReply {

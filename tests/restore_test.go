@@ -102,7 +102,8 @@ func treeOf(t *testing.T, dir string) map[string]string {
 // rm -rf of half of it and new writes, then checkpoint restore through the
 // running writer. The tree is back byte for byte on the writer and on a
 // replica attached throughout (no EIO; the replica's and the writer's open
-// file of the replaced state read ESTALE); the pre-restore checkpoint
+// files of the replaced state, removed or changed by the restore, read
+// ESTALE; one it left as it was reads on); the pre-restore checkpoint
 // holds the other state (run --checkpoint); once both checkpoints are
 // deleted reclamation brings the store to the live bytes, and fsck is
 // exact.
@@ -168,43 +169,63 @@ func TestRestoreTree(t *testing.T) {
 	if rep.Writer != "running" || rep.InodesAdded == 0 || rep.InodesRemoved == 0 {
 		t.Fatalf("restore: %+v", rep)
 	}
+	// Open files of the replaced state read ESTALE: the one the restore
+	// removed and the one it changed back, on the writer and on the
+	// replica. Nothing reads the changed file through a new open before
+	// (the kernel's page cache is the inode's: pages a new open reads in
+	// would serve the old handle too); the kernel drops the pages it had
+	// after the restore, on the replica once it has followed it, hence
+	// the wait.
+	buf := make([]byte, 100)
+	stale := []*os.File{heldW, held[0], heldR, held[2]}
+	testutil.Eventually(t, time.Minute, "every open file of the replaced state to read ESTALE", func() bool {
+		for _, h := range stale {
+			if _, err := h.ReadAt(buf, 0); !errors.Is(err, syscall.ESTALE) {
+				return false
+			}
+		}
+		return true
+	})
+	// A file the restore left as it was (the same inode, record and
+	// bytes in both states) is a file of both: its handles go on.
+	for _, h := range []*os.File{held[1], held[3]} {
+		w := restoreContent(51, 0)
+		got := make([]byte, len(w)+1)
+		if k, err := h.ReadAt(got, 0); k != len(w) || string(got[:k]) != string(w) {
+			t.Errorf("%s, unchanged by the restore, open across it: read %d bytes (%v), want its %d", h.Name(), k, err, len(w))
+		}
+	}
+	// Writes, truncates and allocations through a writer's handle of the
+	// replaced state fail too; through the unchanged file's they work.
+	w50 := int64(len(restoreContent(50, 0)))
+	if _, err := held[0].WriteAt([]byte("x"), w50); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("%s: a write through a handle from before the restore gives %v, want ESTALE", held[0].Name(), err)
+	}
+	if err := held[0].Truncate(1); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("%s: ftruncate through a handle from before the restore gives %v, want ESTALE", held[0].Name(), err)
+	}
+	if err := syscall.Fallocate(int(held[0].Fd()), 0, 0, 4096); !errors.Is(err, syscall.ESTALE) {
+		t.Errorf("%s: fallocate through a handle from before the restore gives %v, want ESTALE", held[0].Name(), err)
+	}
+	if _, err := held[1].WriteAt([]byte("x"), int64(len(restoreContent(51, 0)))); err != nil {
+		t.Errorf("%s: a write through a handle of an unchanged file: %v", held[1].Name(), err)
+	}
+	if err := held[1].Truncate(int64(len(restoreContent(51, 0)))); err != nil {
+		t.Errorf("%s: ftruncate through a handle of an unchanged file: %v", held[1].Name(), err)
+	}
+	// A new open of the changed file reads the restored contents.
+	if got, err := os.ReadFile(e.path(restorePath(50))); err != nil || string(got) != string(restoreContent(50, 0)) {
+		t.Errorf("%s opened after the restore: %d bytes (%v), want the restored %d", restorePath(50), len(got), err, w50)
+	}
 	if d := diffTrees(treeOf(t, e.mnt), want); d != "" {
 		t.Fatalf("after the restore the writer's tree differs from the checkpoint's: %s", d)
+	}
+	for _, h := range held {
+		h.Close()
 	}
 	testutil.Eventually(t, time.Minute, "the replica follows the restore", func() bool { return sameTrees(e.mnt, r.mnt) == "" })
 	if d := diffTrees(treeOf(t, r.mnt), want); d != "" {
 		t.Fatalf("the replica's tree differs from the checkpoint's: %s", d)
-	}
-	buf := make([]byte, 100)
-	for _, h := range []*os.File{heldW, heldR} {
-		if _, err := h.ReadAt(buf, 0); !errors.Is(err, syscall.ESTALE) {
-			t.Errorf("%s, open before the restore removed it: read gives %v, want ESTALE", h.Name(), err)
-		}
-	}
-	// Files in both states keep their inode: old handles read the
-	// restored contents; a write through one fails with ESTALE, one
-	// through a handle of a file the restore left alone works.
-	for j, h := range held {
-		i := 50 + j%2
-		w := restoreContent(i, 0)
-		got := make([]byte, len(w)+1)
-		if k, err := h.ReadAt(got, 0); k != len(w) || string(got[:k]) != string(w) {
-			t.Errorf("%s, open across the restore: read %d bytes (%v), want the restored %d", h.Name(), k, err, len(w))
-		}
-		if j < 2 {
-			_, err := h.WriteAt([]byte("x"), int64(len(w)))
-			if i == 50 && !errors.Is(err, syscall.ESTALE) {
-				t.Errorf("%s: a write through a handle from before the restore gives %v, want ESTALE", h.Name(), err)
-			} else if i == 51 && err != nil {
-				t.Errorf("%s: a write through a handle of an unchanged file: %v", h.Name(), err)
-			}
-		}
-	}
-	if err := os.Truncate(e.path(restorePath(51)), int64(len(restoreContent(51, 0)))); err != nil {
-		t.Fatal(err)
-	}
-	for _, h := range held {
-		h.Close()
 	}
 
 	// The state replaced, served by its checkpoint.

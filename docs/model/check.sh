@@ -68,6 +68,18 @@ PCRASH="${CRASH/-DOPS=$ops/-DOPS=1}"
 # too long for CI; the merge mutant fails with one.
 PREADER="${READER/-DOPS=$ops/-DOPS=1}"
 FAULT2="${FAULT/-DOPS=$ops/-DOPS=2}"
+# The mirror: the writer (no replica, no admin) and a mirror copying its
+# durable states into a second store; 2 writes/deletes and no crash at the
+# full bounds (3.3 million states; a crash on top multiplies them), 1 and
+# 1 crash in the quick instance. The mutant without the mirror's record
+# needs a segment created and killed while the mirror is behind: a second
+# write/delete at both sizes.
+case "$size" in
+full) MIRROR="-DOPS=2 -DCRASHES=0" mirror_b="2 writes/deletes, no crash" ;;
+*) MIRROR="-DOPS=1 -DCRASHES=1" mirror_b="1 write/delete, 1 crash" ;;
+esac
+MIRROR="$MIRROR -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DMIRROR"
+MIRROR2="${MIRROR/-DOPS=$ops/-DOPS=2}"
 
 # kind|name|expect|spin defines|gcc flags|pan flags|bounds
 S="2 files, 4 segment ids"
@@ -81,6 +93,7 @@ runs=(
 	"main|faults|pass|$FAULT|-DSAFETY||$S, $ops_b, 1 crash, 1 counter under-count"
 	"main|patches|pass|$PREADER -DPATCHES|-DSAFETY||$S, 1 write/delete, patch writes and merges, 1 replica reading either frame of a value"
 	"main|patches-crash|pass|$PCRASH -DPATCHES|-DSAFETY||$S, 1 write/delete, $crashes_b at any step, patch writes and merges"
+	"main|mirror|pass|$MIRROR|-DSAFETY||$S, $mirror_b, a mirror (copies within 3 ticks, retention 2 ticks)"
 	"mutant|counter-before-delete|fail|$CRASH -DMUTANT_COUNTER_BEFORE_DELETE|-DSAFETY||crash configuration"
 	"mutant|repoint-before-upload|fail|$CRASH -DMUTANT_REPOINT_BEFORE_UPLOAD|-DSAFETY||crash configuration"
 	"mutant|drain-same-cycle|fail|$CRASH -DMUTANT_DRAIN_SAME_CYCLE|-DSAFETY||crash configuration"
@@ -88,6 +101,9 @@ runs=(
 	"mutant|no-span-grace|fail|$READER -DMUTANT_NO_SPAN_GRACE|-DSAFETY||reader configuration"
 	"mutant|delete-before-barrier|fail|$FAULT2 -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||faults configuration with 2 writes/deletes"
 	"mutant|merge-no-grace|fail|$READER -DPATCHES -DMUTANT_MERGE_NO_GRACE|-DSAFETY||patches configuration"
+	"mutant|mirror-no-retention|fail|$MIRROR -DMUTANT_MIRROR_NO_RETENTION|-DSAFETY||mirror configuration"
+	"mutant|mirror-journal-first|fail|$MIRROR -DMUTANT_MIRROR_JOURNAL_FIRST|-DSAFETY||mirror configuration"
+	"mutant|mirror-no-record|fail|$MIRROR2 -DMUTANT_MIRROR_NO_RECORD|-DSAFETY||mirror configuration with 2 writes/deletes"
 	"finding|replica-pin-race|fail|$READER -DREPLICA_PIN_RACE|-DSAFETY||reader configuration, record written after the first view"
 	"finding|journal-stall-replica|fail|$READER2 -DSTALLS|-DSAFETY||reader configuration with 2 writes/deletes + 1 journal stall"
 	"finding|ephemeral-create-race|fail|$CKPT -DEPHEMERAL_CREATE|-DSAFETY||checkpoint configuration, ephemeral ttl 4 ticks"

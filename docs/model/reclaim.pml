@@ -28,6 +28,14 @@
  *   MUTANT_MERGE_NO_GRACE         (with PATCHES) once a merge's commit is journaled, the
  *                                 segment of the patch it folded is deleted at once when
  *                                 nothing current references it, without a deadline
+ *   MIRROR                        a mirror (package mirror) copies the durable states in
+ *                                 journal order into a second store and deletes what the
+ *                                 source dropped only a retention MRET after it copied the
+ *                                 drop; its reader-mirror record is in the checkpoint list
+ *   MUTANT_MIRROR_NO_RETENTION    (with MIRROR) a drop reaches the mirror at once
+ *   MUTANT_MIRROR_JOURNAL_FIRST   (with MIRROR) a journal is copied before the segments it
+ *                                 creates
+ *   MUTANT_MIRROR_NO_RECORD       (with MIRROR) the mirror keeps no record in the source
  */
 
 #ifndef NE
@@ -59,6 +67,8 @@
 #define MPR     1       /* checkpoint.MaxPublishToRecord (30 s) */
 #define FLUSH   1       /* a commit is journaled within this many ticks (periodic barrier) */
 #define RREAD   2       /* an in-flight read finishes within this many ticks of its pointer lookup */
+#define MRET    2       /* the mirror's retention (7 days in the code; any length here) */
+#define MLAG    3       /* the mirror copies a journal within this many ticks (its record's span) */
 #define NODL    255
 #define AGECAP  7
 
@@ -131,6 +141,31 @@ byte ckph; byte ckkind; bool ckrec; byte ckage; byte ckseg[NE]; byte ckpseg[NE];
 bool rrec = 1;                  /* the replica's ephemeral record is in the list */
 byte vph; byte vseg; byte vage;
 
+#ifdef MIRROR
+/* ---------------- the mirror ---------------- */
+/* A mirror point is the durable state after one journal, as copied. The
+   points the mirror holds are kept as the segments they reference, one
+   mask per tick of copy time: mret[a] is the union over the points copied
+   a ticks ago (a < MRET: within the retention; older ones fall out), and
+   mnewest is the newest point's (the state a mount opens now, whatever its
+   age). */
+byte mhas;                      /* segments in the mirror store */
+byte mnewest;                   /* segments the newest point references */
+byte mret[MRET];                /* segments the points within the retention reference */
+byte mdl[NS+1];                 /* a drop's retention, counted down in ticks (NODL: none) */
+/* journals the source made durable that the mirror has not copied: the
+   segments they create, the segments their points reference (all, and the
+   newest's), the counters they remove; mqage: ticks since the oldest */
+bool mqn; byte mqnew; byte mqref; byte mqlast; byte mqdrop; byte mqage;
+#define DMASK ((BIT(dseg[0]) | BIT(dseg[1]) | BIT(dpseg[0]) | BIT(dpseg[1])) & ~1)
+#define MRETAINED (mnewest | mret[0] | mret[1])
+#define MINV ((MRETAINED & ~mhas) == 0)
+#define MURGENT (mqn && mqage >= MLAG)
+#else
+#define MINV 1
+#define MURGENT 0
+#endif
+
 /* ---------------- helpers ---------------- */
 #define NFR(s) ((FV(s,0) != 0) + (FV(s,1) != 0))
 #define REFS(w,s) ((CS(w,0) == (s)) + (CS(w,1) == (s)) + (CP(w,0) == (s)) + (CP(w,1) == (s)))
@@ -165,6 +200,23 @@ inline journal(w) {
 		dpseg[0] = CP(w,0); dpver[0] = CPV(w,0); dpseg[1] = CP(w,1); dpver[1] = CPV(w,1);
 		if :: NEWV(w,0) > ackv[0] -> ackv[0] = NEWV(w,0) :: else fi;
 		if :: NEWV(w,1) > ackv[1] -> ackv[1] = NEWV(w,1) :: else fi;
+#ifdef MIRROR
+		/* the journal object the mirror will copy: the counters it
+		   creates and removes, the state it makes durable */
+		k = 1;
+		do
+		:: k <= NS ->
+			if
+			:: !dhas[k] && CH(w,k) -> mqnew = mqnew | BIT(k)
+			:: dhas[k] && !CH(w,k) -> mqdrop = mqdrop | BIT(k)
+			:: else
+			fi;
+			k++
+		:: else -> break
+		od;
+		mqref = mqref | DMASK; mqlast = DMASK;
+		if :: !mqn -> mqn = 1; mqage = 0 :: else fi;
+#endif
 		k = 1;
 		do
 		:: k <= NS -> dhas[k] = CH(w,k); dlive[k] = CL(w,k);
@@ -656,7 +708,7 @@ proctype Life()
 
 #define URGENT ((ready[0] && !fenced[0] && pend[0] && pendAge[0] >= FLUSH && !stall) || \
 		(ready[1] && !fenced[1] && pend[1] && pendAge[1] >= FLUSH && !stall) || \
-		cph[0] == 3 || cph[1] == 3)
+		cph[0] == 3 || cph[1] == 3 || MURGENT)
 
 proctype Clock()
 {
@@ -678,7 +730,19 @@ proctype Clock()
 		if :: pend[0] && pendAge[0] < FLUSH -> pendAge[0]++ :: else fi;
 		if :: pend[1] && pendAge[1] < FLUSH -> pendAge[1]++ :: else fi;
 		if :: vph == 1 && vage <= RREAD -> vage++ :: else fi;
-		if :: ckph >= 1 && ckage <= CSPAN -> ckage++ :: else fi }
+		if :: ckph >= 1 && ckage <= CSPAN -> ckage++ :: else fi
+#ifdef MIRROR
+		;
+		if :: mqn && mqage < MLAG -> mqage++ :: else fi;
+		mret[1] = mret[0]; mret[0] = 0;     /* MRET = 2 */
+		k = 1;
+		do
+		:: k <= NS -> if :: mdl[k] != NODL && mdl[k] > 0 -> mdl[k]-- :: else fi; k++
+		:: else -> break
+		od;
+		k = 0
+#endif
+		}
 	od
 }
 
@@ -707,6 +771,69 @@ proctype Replica()
 	:: atomic { vph == 1 && !VLIVE -> vph = 0; vseg = 0; vage = 0 }   /* out of contract: abandoned */
 	od
 }
+
+#ifdef MIRROR
+#ifdef MUTANT_MIRROR_NO_RETENTION
+#define MDROPDL 0
+#else
+#define MDROPDL MRET
+#endif
+/* the mirror (mirror.(*Mirror).follow): copies what the source made
+   durable, journal by journal, each after the segments it creates; the
+   journals that accumulated since its last step are copied in one step
+   (their points get the same copy time) */
+proctype Mirror()
+{
+	byte s;
+	do
+	/* [MC] copy the segments the pending journals create (one the source
+	   no longer has is counted missing and skipped); [MJ] then the
+	   journals: their states become points, and the segments they drop
+	   are deleted a retention later */
+	:: atomic { mqn ->
+#ifdef MUTANT_MIRROR_JOURNAL_FIRST
+		/* the journals are copied first; the segments in a later step */
+		mret[0] = mret[0] | mqref; mnewest = mqlast; mqn = 0
+	}
+	:: atomic { mqnew != 0 && !mqn ->
+#endif
+		s = 1;
+		do
+		:: s <= NS ->
+			if
+			:: (mqnew & BIT(s)) && obj[s] == PRESENT -> mhas = mhas | BIT(s)
+			:: else
+			fi;
+			s++
+		:: else -> break
+		od;
+		mqnew = 0;
+#ifndef MUTANT_MIRROR_JOURNAL_FIRST
+		mret[0] = mret[0] | mqref; mnewest = mqlast;
+#endif
+		s = 1;
+		do
+		:: s <= NS -> if :: (mqdrop & BIT(s)) && mdl[s] == NODL -> mdl[s] = MDROPDL :: else fi; s++
+		:: else -> break
+		od;
+		s = 0; mqn = 0; mqref = 0; mqlast = 0; mqdrop = 0; mqage = 0 }
+	/* [MD] a drop whose retention has passed: DELETE from the mirror */
+	:: atomic { (mdl[1] == 0 || mdl[2] == 0 || mdl[3] == 0 || mdl[4] == 0) ->
+		s = 1;
+		do
+		:: mdl[s] == 0 -> break
+		:: else -> s++
+		od;
+		if
+		:: mhas & BIT(s) ->
+			assert(!(MRETAINED & BIT(s)));     /* no point within the retention references it */
+			mhas = mhas & ~BIT(s)
+		:: else
+		fi;
+		mdl[s] = NODL; s = 0 }
+	od
+}
+#endif
 
 /* checkpoint.Create: publish (seal, barrier, manifest), then the record */
 proctype Admin()
@@ -751,7 +878,7 @@ proctype Env()
 	DNEWV(0) >= ackv[0] && DNEWV(1) >= ackv[1] && \
 	!(ckrec && (ckkind == PERSISTENT || ckage < CSPAN) && \
 	  !(PTR_OK(ckseg[0]) && PTR_OK(ckseg[1]) && PTR_OK(ckpseg[0]) && PTR_OK(ckpseg[1]))) && \
-	!(VLIVE && obj[vseg] != PRESENT))
+	!(VLIVE && obj[vseg] != PRESENT) && MINV)
 
 #ifndef LIVENESS
 active proctype Monitor()
@@ -781,6 +908,19 @@ init
 #if defined(REPLICA_PIN_RACE) || defined(NOREPLICA)
 		rrec = 0;
 #endif
+#ifdef MIRROR
+		/* the mirror starts holding the initial state */
+		mhas = BIT(1); mnewest = BIT(1); mret[0] = BIT(1);
+		k = 1;
+		do
+		:: k <= NS -> mdl[k] = NODL; k++
+		:: else -> break
+		od;
+		k = 0;
+#ifndef MUTANT_MIRROR_NO_RECORD
+		rrec = 1;       /* [MR] its reader-mirror record (mirror.HoldName) */
+#endif
+#endif
 		kill(1); kill(0);
 		jlast = 0; aw = 0; start(0); ready[0] = 1;
 		run Engine(0); run Engine(1); run Reclaimer(0); run Reclaimer(1);
@@ -790,6 +930,9 @@ init
 #endif
 #ifndef NOREPLICA
 		run Replica();
+#endif
+#ifdef MIRROR
+		run Mirror();
 #endif
 	}
 }

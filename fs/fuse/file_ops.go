@@ -20,7 +20,8 @@ import (
 type handle struct {
 	flags uint32 // open(2) flags as the kernel sent them
 	// mark is the engine's restore count at open: a restore since that
-	// changed the file makes the handle's writes fail (fs/restore_marks.go).
+	// changed the file makes the handle's reads and writes fail
+	// (fs/restore_marks.go).
 	mark uint64
 }
 
@@ -34,8 +35,14 @@ func (n *Node) open(ctx context.Context, flags uint32) (*handle, syscall.Errno) 
 }
 
 // stale reports whether f was opened before a checkpoint restore changed
-// n: its writes fail with ESTALE. Its reads see the restored contents,
-// since the kernel's page cache is the inode's, not the handle's.
+// n: it is a file of the replaced state, and its reads, writes and
+// everything else that goes through it fail with ESTALE. A file the
+// restore left as it was (same inode, same record, same bytes in both
+// states) is not stale: its handles go on. The kernel serves reads from
+// its page cache without asking, and that cache is the inode's, not the
+// handle's: the restore drops the file's pages, but pages a newer open
+// reads in (or an mmap of the old handle maps) are served to the old
+// handle too.
 func (n *Node) stale(f fs.FileHandle) bool {
 	h, ok := f.(*handle)
 	return ok && n.fsys.e.StaleSince(n.ino(), h.mark)
@@ -139,6 +146,9 @@ func (n *Node) Release(ctx context.Context, f fs.FileHandle) syscall.Errno {
 func (n *Node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	if off < 0 {
 		return nil, syscall.EINVAL
+	}
+	if n.stale(f) {
+		return nil, syscall.ESTALE
 	}
 	if !n.fsys.e.ReadOnly() {
 		vecs, release, nr, err := n.fsys.e.ReadVec(ctx, n.ino(), dest, off)
@@ -257,6 +267,9 @@ func (n *Node) Allocate(ctx context.Context, f fs.FileHandle, off uint64, size u
 	if off+size > ebbfs.MaxFileSize {
 		return syscall.EFBIG
 	}
+	if n.stale(f) {
+		return syscall.ESTALE
+	}
 	ctx = keep(ctx)
 	switch mode {
 	case 0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE:
@@ -291,6 +304,9 @@ func (n *Node) Lseek(ctx context.Context, f fs.FileHandle, off uint64, whence ui
 	if off > math.MaxInt64 {
 		return 0, syscall.ENXIO
 	}
+	if n.stale(f) {
+		return 0, syscall.ESTALE
+	}
 	var pos int64
 	var err error
 	switch whence {
@@ -322,6 +338,9 @@ func (n *Node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	}
 	if flags != 0 {
 		return 0, syscall.EINVAL
+	}
+	if n.stale(fhIn) || dst.stale(fhOut) {
+		return 0, syscall.ESTALE
 	}
 	if offIn > math.MaxInt64 || offOut > math.MaxInt64 {
 		return 0, syscall.EINVAL

@@ -185,6 +185,11 @@ func (n *Node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 }
 
 func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if f != nil && n.stale(f) {
+		// ftruncate and the like through a handle of the state a
+		// checkpoint restore replaced (file_ops.go).
+		return syscall.ESTALE
+	}
 	ctx = keep(ctx) // a truncate must not stop half way (interrupt.go)
 	var sa ebbfs.SetAttr
 	if m, ok := in.GetMode(); ok {
