@@ -235,14 +235,9 @@ func Open(ctx context.Context, o Options) (*Engine, error) {
 }
 
 // patchesByDefault turns patch writes on for every engine that does not
-// ask for whole writes. It stays off in production until an NBD export's
-// TRIM and WRITE_ZEROES over patched extents return space as they do over
-// whole ones (nbd's TestEngineBackendTrimZero and
-// TestEngineConcurrentConnections with patches on: a zeroed extent keeps
-// its base until the idle fold, and WRITE_ZEROES with NO_HOLE adds a
-// patch of zeroes). The fs package's tests turn it on (patchdefault_test.go);
-// EBBFS_TEST_PATCHES=1 turns patches on in a test build of the binary.
-var patchesByDefault = false
+// ask for whole writes (Options.wholeWrites, for tests and benchmarks of
+// the whole-extent path), on a filesystem of descriptor format 4.
+const patchesByDefault = true
 
 // setDefaults fills in the options left zero.
 func (o *Options) setDefaults() {

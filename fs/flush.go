@@ -95,9 +95,20 @@ type flushItem struct {
 	fe   *flushEntry
 	ptr  segment.Pointer
 	hole bool
+	// zero: a patch-mode buffer whose span is all zeroes (a write of
+	// zeroes into part of an extent, as NBD WRITE_ZEROES with NO_HOLE
+	// makes): committed as a patch without a frame, as a punch's.
+	zero bool
 	snap uint64 // the inode's size when its dirty data was taken
 	size int64  // the extent's size: the dirty bytes it counts
 }
+
+// framed reports whether the item's data goes into a frame (not a hole,
+// not a patch of zeroes).
+func (it *flushItem) framed() bool { return !it.hole && !it.zero }
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool { return len(bytes.TrimRight(b, "\x00")) == 0 }
 
 // flushLocked moves every dirty extent into segments. Caller holds flushMu.
 func (e *Engine) flushLocked(ctx context.Context) error {
@@ -426,11 +437,12 @@ func (e *Engine) encodeSegment(segID uint64, batch []flushItem, buf []byte) *seg
 		var d []byte
 		if s := batch[i].fe.span; s.patch() {
 			d = batch[i].fe.data[s.lo:s.hi] // a patch: its zeroes are data
+			batch[i].zero = allZero(d)
 		} else {
 			d = bytes.TrimRight(batch[i].fe.data, "\x00")
 			batch[i].hole = len(d) == 0
 		}
-		if !batch[i].hole {
+		if batch[i].framed() {
 			ids = append(ids, segment.FrameID{Ino: batch[i].n.ino, Extent: batch[i].idx, Gen: segID})
 			datas = append(datas, d)
 		}
@@ -438,7 +450,7 @@ func (e *Engine) encodeSegment(segID uint64, batch []flushItem, buf []byte) *seg
 	b := segment.NewBuilderIn(e.opts.Keys, segID, e.codec, buf)
 	ptrs := b.AddFrames(ids, datas, runtime.GOMAXPROCS(0))
 	for i := range batch {
-		if !batch[i].hole {
+		if batch[i].framed() {
 			batch[i].ptr, ptrs = ptrs[0], ptrs[1:]
 		}
 	}
@@ -463,7 +475,7 @@ func (e *Engine) uploadAndCommit(ctx context.Context, segID uint64, frameBytes i
 		// the disk cache rather than fetching them again.
 		ptrs := make([]segment.Pointer, 0, len(batch))
 		for _, it := range batch {
-			if !it.hole {
+			if it.framed() {
 				ptrs = append(ptrs, it.ptr)
 			}
 		}

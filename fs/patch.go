@@ -276,12 +276,31 @@ func (e *Engine) nextValue(ino uint64, it flushItem, old segment.Extent, had boo
 		}
 		old = segment.Extent{}
 	}
-	nv, more := old.WithPatch(segment.Patch{At: s.lo, End: s.hi, Ptr: it.ptr})
+	ptr := it.ptr
+	if it.zero {
+		ptr = segment.Pointer{} // zeroes without a frame
+	}
+	nv, more := old.WithPatch(segment.Patch{At: s.lo, End: s.hi, Ptr: ptr})
+	drop = append(drop, more...)
+	if !hasFrames(nv) {
+		// A patch of zeroes that left no frame: the extent reads as
+		// zeroes, a hole.
+		return segment.Extent{}, false, drop, nil
+	}
 	if err := nv.Validate(); err != nil {
 		// patchable keeps values at patchLimit; reaching this is a bug.
 		return segment.Extent{}, false, nil, fmt.Errorf("fs: extent %d/%d: patch does not fit: %w", ino, it.idx, err)
 	}
-	return nv, true, append(drop, more...), nil
+	return nv, true, drop, nil
+}
+
+// hasFrames reports whether x references a frame: a value without one
+// reads as zeroes (only zero patches are left) and is not stored.
+func hasFrames(x segment.Extent) bool {
+	for range x.Frames() {
+		return true
+	}
+	return false
 }
 
 // inodeStage is what one inode's part of a segment commit stages in its
@@ -337,7 +356,9 @@ func (e *Engine) stageInode(b *lsm.Batch, n *inode, items []flushItem) (inodeSta
 		if sp := it.fe.span; sp.patch() {
 			st.patched = true
 			st.patches++
-			st.patchBytes += int64(sp.hi - sp.lo)
+			if !it.zero {
+				st.patchBytes += int64(sp.hi - sp.lo)
+			}
 		}
 		st.merged = st.merged || (old.Patched() && !nv.Patched())
 		if e.wantsMerge(nv, n.es()) {
@@ -393,11 +414,7 @@ func (e *Engine) zeroPatchFits(x segment.Extent, lo, hi int64) bool {
 func (e *Engine) stageZeroPatch(b *lsm.Batch, n *inode, idx uint64, x segment.Extent, lo, hi int64) func() {
 	nv, drop := x.WithPatch(segment.Patch{At: uint32(lo), End: uint32(hi)})
 	key := schema.ExtentKey(n.ino, idx)
-	frames := false
-	for range nv.Frames() {
-		frames = true
-		break
-	}
+	frames := hasFrames(nv)
 	if frames {
 		b.Set(key, nv.Marshal())
 	} else {

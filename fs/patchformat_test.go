@@ -159,3 +159,69 @@ func TestPunchIsZeroPatch(t *testing.T) {
 	}
 	f.fsck()
 }
+
+// A write of zeroes into part of a committed extent (NBD WRITE_ZEROES
+// with NO_HOLE writes them so) is a patch of zeroes without a frame, as a
+// punch's: no segment is uploaded for it, it drops the data patches it
+// covers, and writes of zeroes that together cover the extent's frames
+// leave no value (a hole), the counters exact. A patch that holds data
+// besides zeroes keeps its frame.
+func TestZeroWriteIsZeroPatch(t *testing.T) {
+	f, cs := patchFS(t)
+	model := testutil.RandBytes(35, 3*extentSize)
+	ino := f.baseFile("z", model)
+	write := func(b []byte, off int64) {
+		t.Helper()
+		f.write(ino, b, off)
+		copy(model[off:], b)
+	}
+	zero := func(off, n int64) { t.Helper(); write(make([]byte, n), off) }
+
+	before := cs.Snapshot()
+	zero(1000, 3000)
+	f.barrier()
+	if d := cs.Snapshot().Sub(before); d.Get+d.GetRange > 0 || d.Put > 1 {
+		t.Fatalf("a write of zeroes: %d GETs, %d ranged GETs, %d PUTs; want no GET and no segment", d.Get, d.GetRange, d.Put)
+	}
+	x, ok, err := f.e.extentValue(ino, 0)
+	if err != nil || !ok || !x.HasBase() || len(x.Patches) != 1 || x.Patches[0].HasFrame() || x.Patches[0].At != 1000 || x.Patches[0].End != 4000 {
+		t.Fatalf("extent 0 after a write of zeroes: %+v, %v, %v; want the base and one zero patch", x, ok, err)
+	}
+
+	// Extent 1: a data patch, then zeroes over it and the rest of the
+	// extent in pieces: the data patch goes with the first, the base
+	// with the last, and no value is left.
+	write(bytes.Repeat([]byte{7}, 500), extentSize+100)
+	f.barrier()
+	if x, _, _ := f.e.extentValue(ino, 1); len(x.Patches) != 1 || !x.Patches[0].HasFrame() {
+		t.Fatalf("extent 1 after a data patch: %+v", x)
+	}
+	zero(extentSize, 1000)
+	f.barrier()
+	if x, _, _ := f.e.extentValue(ino, 1); !x.HasBase() || len(x.Patches) != 1 || x.Patches[0].HasFrame() {
+		t.Fatalf("extent 1 after zeroes over its data patch: %+v; want the base and one zero patch", x)
+	}
+	zero(extentSize+1000, 20000)
+	f.barrier()
+	zero(extentSize+21000, extentSize-21000)
+	f.barrier()
+	if x, ok, err := f.e.extentValue(ino, 1); err != nil || ok {
+		t.Fatalf("extent 1 zeroed whole by writes of zeroes: %+v, %v, %v; want no value", x, ok, err)
+	}
+
+	// Extent 2: zeroes and data in one buffer are a patch with a frame.
+	write(append(make([]byte, 300), 9), 2*extentSize+50)
+	f.barrier()
+	if x, _, _ := f.e.extentValue(ino, 2); len(x.Patches) != 1 || !x.Patches[0].HasFrame() {
+		t.Fatalf("extent 2 after zeroes and data: %+v; want a patch with a frame", x)
+	}
+	if got := f.read(ino, len(model), 0); !bytes.Equal(got, model) {
+		t.Fatal("file differs")
+	}
+	f.fsck()
+	f.openPatches()
+	if got := f.read(ino, len(model), 0); !bytes.Equal(got, model) {
+		t.Fatal("file differs from the store")
+	}
+	f.fsck()
+}

@@ -454,6 +454,10 @@ var zeroOps = []zeroOp{
 	{"zero-nohole", false, func(x Export, off, n int64) error { return x.Zero(context.Background(), off, n, false) }},
 }
 
+// tailBytes is the length of the last, partial extent of the unaligned
+// exports of TestEngineBackendTrimZero.
+const tailBytes = 1000
+
 // TestEngineBackendTrimZero zeroes ranges of files written through the
 // backend, checking the content, which extents lose their pointers, the
 // live-byte counters before and after the next barrier, recovery from the
@@ -468,6 +472,10 @@ func TestEngineBackendTrimZero(t *testing.T) {
 		holes  [][2]int64 // punched (and made durable) before the operation
 		off, n int64
 		full   int // extents with data the range covers entirely
+		// tail: the range covers every byte of the file's last, partial
+		// extent (tailBytes long), so a punch's zero patch leaves that
+		// extent no frame and it is a hole at once.
+		tail bool
 	}{
 		{name: "partial-both-edges", size: size8, off: 1000, n: 40000},
 		{name: "inside-one-extent", size: size8, off: 3*ext + 10, n: 1000},
@@ -480,8 +488,8 @@ func TestEngineBackendTrimZero(t *testing.T) {
 		{name: "at-the-end", size: size8, off: size8, n: 100},
 		{name: "beyond-the-end", size: size8, off: size8 + ext, n: ext},
 		{name: "whole-file", size: size8, off: 0, n: size8, full: 8},
-		{name: "unaligned-size-tail", size: 7*ext + 1000, off: 7 * ext, n: 5000},
-		{name: "unaligned-size-last-two", size: 7*ext + 1000, off: 6 * ext, n: 2 * ext, full: 1},
+		{name: "unaligned-size-tail", size: 7*ext + tailBytes, off: 7 * ext, n: 5000, tail: true},
+		{name: "unaligned-size-last-two", size: 7*ext + tailBytes, off: 6 * ext, n: 2 * ext, full: 1, tail: true},
 		{name: "zero-length", size: size8, off: ext, n: 0},
 	}
 	// Frame bytes of one incompressible extent.
@@ -494,6 +502,18 @@ func TestEngineBackendTrimZero(t *testing.T) {
 	frame := (f.live() - before) / 8
 	if frame < ext || (f.live()-before)%8 != 0 {
 		t.Fatalf("8 random extents hold %d live bytes: not 8 equal frames", f.live()-before)
+	}
+	// Frame bytes of tailBytes incompressible bytes (a last, partial
+	// extent of an unaligned export).
+	probeTail := f.mkExport("probe-tail", tailBytes)
+	before = f.live()
+	if _, err := f.e.Write(ctx, probeTail, testutil.RandBytes(98, tailBytes), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.barrier()
+	tailFrame := f.live() - before
+	if tailFrame < tailBytes {
+		t.Fatalf("%d random bytes hold %d live bytes", tailBytes, tailFrame)
 	}
 
 	type result struct {
@@ -544,9 +564,14 @@ func TestEngineBackendTrimZero(t *testing.T) {
 				}
 				check("right after")
 				// A punch debits the fully covered extents in its own
-				// transaction; zeroes written with NO_HOLE replace
-				// their pointers at the next flush.
+				// transaction, and the last, partial extent when it
+				// covers all its bytes (a zero patch that leaves no
+				// frame); zeroes written with NO_HOLE replace their
+				// pointers at the next flush.
 				wantDelta := -int64(c.full) * frame
+				if c.tail {
+					wantDelta -= tailFrame
+				}
 				if !op.punch {
 					wantDelta = 0
 				}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/testutil"
 	"ebbfs.dev/ebbfs/lsm/schema"
 	"ebbfs.dev/ebbfs/segment"
@@ -39,7 +38,7 @@ func (v *env) value(ino, idx uint64) segment.Extent {
 // every extent one frame outside the old segments, the file reads the
 // same, and counters stay exact.
 func TestRepackRelocatesPatches(t *testing.T) {
-	v := newEnvTuned(t, false, fs.PatchWritesForTests)
+	v := newEnvTuned(t, false, nil)
 	const n = 40
 	ino := v.writeFile("a", n)
 	base := v.segOf(ino, 0)
@@ -95,7 +94,7 @@ func TestRepackRelocatesPatches(t *testing.T) {
 // them (repacks moving patches, merges they ask for, deletions): the
 // counters stay exact (never negative) and the file reads as written.
 func TestPatchChurnCountersExact(t *testing.T) {
-	v := newEnvTuned(t, false, fs.PatchWritesForTests)
+	v := newEnvTuned(t, false, nil)
 	const n = 64
 	ino := v.writeFile("a", n)
 	want := v.readAll(ino, n)

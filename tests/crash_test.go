@@ -102,12 +102,11 @@ func crashCases() []crashCase {
 	// Automatic publication after 64 journal objects (many barriers).
 	add(crashCase{setup: setupBase, work: workManyBarriers},
 		"lsm.publish.manifest-written", "lsm.publish.journals-deleted")
-	// Patched extents (EBBFS_TEST_PATCHES: the test switch on in the
-	// real binary; patches are not on by default yet): 4 KiB writes into extents of a file are
+	// Patched extents: 4 KiB writes into extents of a file are
 	// committed as patches; at eight patches (mergePatches) an extent is
 	// merged (a whole dirty buffer), and the next flush commits it as one
 	// frame.
-	add(crashCase{setup: setupBase, work: workPatch, env: []string{"EBBFS_TEST_PATCHES=1"}},
+	add(crashCase{setup: setupBase, work: workPatch},
 		"patch-before-commit", "patch-after-commit=3", "merge-after-install",
 		"merge-before-commit", "merge-after-commit")
 	// A checkpoint restore: its own test crashes at each point and checks

@@ -31,9 +31,7 @@ func TestFSX(t *testing.T) {
 		}
 		ops = n
 	}
-	// Patches on in the real binary (a test build): they are not on by
-	// default yet.
-	e := newEnv(t, withEnvVars("EBBFS_TEST_PATCHES=1"))
+	e := newEnv(t)
 	e.init()
 	p := e.mount()
 	path := e.path("fsx")

@@ -255,7 +255,6 @@ func engineOptions(o Options, st objstore.Store, k *keys.Keys, pin uint64, fsSta
 		ManifestInterval: testManifestInterval(log),
 		DeferBackground:  true,
 	}
-	testPatches(log, &fo)
 	return fo
 }
 

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"time"
-
-	"ebbfs.dev/ebbfs/fs"
 )
 
 // This file exists only in the test build (-tags ebbfs_testclock), which
@@ -67,19 +65,6 @@ func testReaderTTL(log *slog.Logger) time.Duration {
 	}
 	log.Warn("TEST BUILD: reader checkpoint lifetime changed", "ttl", d)
 	return d
-}
-
-// testPatches turns on patch writes (fs.PatchWritesForTests) when
-// EBBFS_TEST_PATCHES is 1, so that end-to-end tests (the crash matrix)
-// run the real binary storing partial writes as patches while the switch
-// is off for everyone else. The engine still honours it only on a
-// filesystem of descriptor format 4.
-func testPatches(log *slog.Logger, o *fs.Options) {
-	if os.Getenv("EBBFS_TEST_PATCHES") != "1" {
-		return
-	}
-	fs.PatchWritesForTests(o)
-	log.Warn("TEST BUILD: partial writes are stored as patches")
 }
 
 // warnTestOnlyEnv has nothing to warn about in a test build.

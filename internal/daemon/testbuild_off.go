@@ -7,7 +7,6 @@ import (
 	"os"
 	"time"
 
-	"ebbfs.dev/ebbfs/fs"
 	"ebbfs.dev/ebbfs/internal/failpoint"
 )
 
@@ -23,9 +22,6 @@ func testManifestInterval(*slog.Logger) time.Duration { return 0 }
 // testReaderTTL is the default in production builds.
 func testReaderTTL(*slog.Logger) time.Duration { return 0 }
 
-// testPatches leaves patch writes off in production builds.
-func testPatches(*slog.Logger, *fs.Options) {}
-
 // warnTestOnlyEnv says loudly that the test build's variables have no
 // effect here, rather than honouring or dropping them silently.
 func warnTestOnlyEnv(log *slog.Logger) {
@@ -37,9 +33,6 @@ func warnTestOnlyEnv(log *slog.Logger) {
 	}
 	if s := os.Getenv("EBBFS_TEST_MANIFEST_INTERVAL"); s != "" {
 		log.Warn("EBBFS_TEST_MANIFEST_INTERVAL is ignored: this is a production build", "value", s)
-	}
-	if s := os.Getenv("EBBFS_TEST_PATCHES"); s != "" {
-		log.Warn("EBBFS_TEST_PATCHES is ignored: this is a production build", "value", s)
 	}
 	if s := os.Getenv("EBBFS_TEST_READER_TTL"); s != "" {
 		log.Warn("EBBFS_TEST_READER_TTL is ignored: this is a production build", "value", s)

@@ -247,7 +247,7 @@ func UpgradeChanges(from int) []string {
 		out = append(out, "format 3: the writer seals extents of data that does not compress in 4 KiB pieces, so that small random reads fetch and decrypt only what they need")
 	}
 	if from < FormatVersion {
-		out = append(out, "format 4: an extent's value may hold patches (frames of parts of the extent beside its base frame), so that a writer can store a write into part of an extent as only the bytes written (docs/PATCHES.md)")
+		out = append(out, "format 4: an extent's value may hold patches (frames of parts of the extent beside its base frame), and the writer stores a write into part of an extent as only the bytes written, and a punch or written zeroes there as no bytes (docs/PATCHES.md)")
 		out = append(out, fmt.Sprintf("builds that do not know format %d (every build before patched extents) refuse to mount the filesystem from then on", FormatVersion))
 	}
 	return out
