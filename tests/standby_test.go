@@ -16,8 +16,9 @@ import (
 	"ebbfs.dev/ebbfs/internal/testutil"
 )
 
-// haConfig is the [ha] section the standby tests use.
-const haConfig = "\n[ha]\ntakeover_after = \"5s\"\n"
+// haConfig is the [ha] section the standby tests use (a fenced writer
+// rejoins as a standby).
+const haConfig = "\n[ha]\ntakeover_after = \"5s\"\nrejoin = true\n"
 
 const testTakeoverAfter = 5 * time.Second
 
@@ -30,6 +31,7 @@ type haState struct {
 	Armed              bool    `json:"armed"`
 	Failovers          int     `json:"failovers"`
 	HeartbeatEverySec  float64 `json:"heartbeat_every_seconds"`
+	Rejoins            int     `json:"rejoins"`
 	Standbys           []string
 }
 
@@ -125,13 +127,14 @@ func (l *ackLoad) end(t testing.TB) {
 }
 
 // verify checks every acknowledged file under dir.
-// checkFenced: the old writer e reports itself fenced, every write the
-// load had acknowledged is on the new writer s, and the files written on
-// e after the takeover are not.
+// checkFenced: the old writer e reports itself fenced (or, with [ha]
+// rejoin, a standby that rejoined after it was fenced),
+// every write the load had acknowledged is on the new writer s, and the
+// files written on e after the takeover are not.
 func checkFenced(t *testing.T, e, s *env, load *ackLoad) {
 	t.Helper()
-	if st, ok := e.ha(); !ok || st.Role != "fenced" {
-		t.Errorf("the old writer's role %+v, want fenced", st)
+	if st, ok := e.ha(); !ok || st.Role != "fenced" && (st.Role != "standby" || st.Rejoins != 1) {
+		t.Errorf("the old writer's role %+v, want fenced (or a standby that rejoined)", st)
 	}
 	load.verify(t, s.mnt)
 	for _, name := range []string{"zombie", "zombie-2"} {
@@ -467,8 +470,11 @@ func armAll(t *testing.T, w *env, envs []*env, writer int) {
 // rest of the minute changes nothing the test looks at) while an fsync
 // waits on it. A standby on this host takes over; when the link is back
 // the old writer's waiting fsync fails, nothing it wrote after the
-// takeover is on the new writer, it refuses writes and shows the role
-// fenced; fsck is clean. (It does not rejoin as a standby by itself.)
+// takeover is on the new writer, it refuses writes; fsck is clean. With
+// [ha] rejoin, the old writer then rejoins as a standby in place: armed once the new writer heartbeats for it, it
+// serves every acknowledged file and the new writer's, not its own
+// unacknowledged ones, follows the new writer, refuses writes (EROFS),
+// and `ebbfs promote` makes it the writer again.
 func TestStandbyTakesOverFromPartitionedWriter(t *testing.T) {
 	t.Parallel()
 	h := newNetnsHost(t)
@@ -510,7 +516,47 @@ func TestStandbyTakesOverFromPartitionedWriter(t *testing.T) {
 		t.Fatal("the fenced writer still takes writes")
 	}
 	checkFenced(t, e, s, load)
-	wp.kill()
+
+	// The rejoin: a standby following the new writer, armed once the
+	// new writer heartbeats for it (a write makes it look).
+	armAll(t, s, []*env{e, s}, 1)
+	st := e.waitRole("standby", time.Minute)
+	t.Logf("the old writer rejoined: %+v", st)
+	if st.Rejoins != 1 || st.Epoch != s.waitRole("writer", time.Minute).Epoch {
+		t.Errorf("the rejoined writer's status %+v: want 1 rejoin and the new writer's epoch", st)
+	}
+	load.verify(t, e.mnt)
+	if got := string(readFile(t, e.path("new-writer"))); got != "the new writer's" {
+		t.Errorf("the new writer's file on the rejoined standby: %q", got)
+	}
+	for _, name := range []string{"zombie", "zombie-2"} {
+		if _, err := os.Stat(e.path(name)); err == nil {
+			t.Errorf("%s, never acknowledged by the fenced writer, is still on its mount after the rejoin", name)
+		}
+	}
+	writeFile(t, s.path("after-rejoin"), []byte("written after the rejoin"))
+	fsyncFile(t, s.path("after-rejoin"))
+	testutil.Eventually(t, time.Minute, "the rejoined standby follows the new writer", func() bool {
+		b, err := os.ReadFile(e.path("after-rejoin"))
+		return err == nil && string(b) == "written after the rejoin"
+	})
+	if err := os.WriteFile(e.path("refused"), []byte("x"), 0o644); err == nil || !strings.Contains(err.Error(), "read-only") {
+		t.Fatalf("a write on the rejoined standby: %v, want EROFS", err)
+	}
+
+	// It can be promoted again (a planned switch-over).
+	r := e.mustEbbfs("promote")
+	t.Logf("ebbfs promote on the rejoined standby: %s", strings.TrimSpace(r.stdout))
+	e.waitRole("writer", time.Minute)
+	if err := writeSync(e.path("promoted-again"), []byte("the old writer's again")); err != nil {
+		t.Fatalf("an fsync on the rejoined standby once promoted: %v", err)
+	}
+	armAll(t, e, []*env{e, s}, 0)
+	testutil.Eventually(t, time.Minute, "the handed-over writer follows the promoted one", func() bool {
+		b, err := os.ReadFile(s.path("promoted-again"))
+		return err == nil && string(b) == "the old writer's again"
+	})
+	wp.stop()
 	sp.stop()
 	s.fsckClean()
 }
