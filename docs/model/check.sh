@@ -56,6 +56,15 @@ CKPT="-DOPS=$ops -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA"
 STALL="-DOPS=$ops -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DSTALLS"
 LIVE="-DOPS=1 -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DLIVENESS"
 FAULT="-DOPS=$ops -DCRASHES=1 -DZOMBIES=0 -DFAULTS=1 -DNOREPLICA -DNOADMIN"
+# Two standbys race for the takeover of a writer that still runs, with
+# the replica standing for their reads (the loser follows on): one
+# write/delete at the full bounds, none at the quick ones (the race, the
+# fencing, the rejoin and the replica's pins are all there; the mutant
+# fails on the epoch-start journals alone).
+case "$size" in
+full) STANDBY="-DOPS=1 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN -DSTANDBY" standby_b="1 write/delete" ;;
+quick) STANDBY="-DOPS=0 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN -DSTANDBY" standby_b="no write/delete" ;;
+esac
 # Two counterexamples need a second write/delete: these runs keep it at
 # both sizes (the search stops at the first counterexample).
 READER2="${READER/-DOPS=$ops/-DOPS=2}"
@@ -80,6 +89,7 @@ runs=(
 	"main|liveness|pass|$LIVE|-DNFAIR=3|-a -f|$S, 1 write/delete, 1 crash; weak fairness"
 	"main|faults|pass|$FAULT|-DSAFETY||$S, $ops_b, 1 crash, 1 counter under-count"
 	"main|patches|pass|$PREADER -DPATCHES|-DSAFETY||$S, 1 write/delete, patch writes and merges, 1 replica reading either frame of a value"
+	"main|standby|pass|$STANDBY|-DSAFETY||$S, $standby_b, 2 standbys racing for the takeover, the old writer a zombie until fenced and then rejoining, the replica reading"
 	"main|patches-crash|pass|$PCRASH -DPATCHES|-DSAFETY||$S, 1 write/delete, $crashes_b at any step, patch writes and merges"
 	"mutant|counter-before-delete|fail|$CRASH -DMUTANT_COUNTER_BEFORE_DELETE|-DSAFETY||crash configuration"
 	"mutant|repoint-before-upload|fail|$CRASH -DMUTANT_REPOINT_BEFORE_UPLOAD|-DSAFETY||crash configuration"
@@ -87,6 +97,7 @@ runs=(
 	"mutant|cutoff-before-flush|fail|$STALL -DMUTANT_CUTOFF_BEFORE_FLUSH -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||stall configuration, without the barrier before the DELETE either"
 	"mutant|no-span-grace|fail|$READER -DMUTANT_NO_SPAN_GRACE|-DSAFETY||reader configuration"
 	"mutant|delete-before-barrier|fail|$FAULT2 -DMUTANT_DELETE_BEFORE_BARRIER|-DSAFETY||faults configuration with 2 writes/deletes"
+	"mutant|takeover-unconditional|fail|$STANDBY -DMUTANT_TAKEOVER_UNCONDITIONAL|-DSAFETY||standby configuration"
 	"mutant|merge-no-grace|fail|$READER -DPATCHES -DMUTANT_MERGE_NO_GRACE|-DSAFETY||patches configuration"
 	"finding|replica-pin-race|fail|$READER -DREPLICA_PIN_RACE|-DSAFETY||reader configuration, record written after the first view"
 	"finding|journal-stall-replica|fail|$READER2 -DSTALLS|-DSAFETY||reader configuration with 2 writes/deletes + 1 journal stall"

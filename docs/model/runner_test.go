@@ -100,8 +100,8 @@ func TestRunnerCountsFastRuns(t *testing.T) {
 			if !ok || !strings.Contains(out, "all as expected") {
 				t.Errorf("size %s, %s jobs: check.sh failed on runs that all went as expected:\n%s", size, jobs, out)
 			}
-			if len(got) != 19 {
-				t.Errorf("size %s, %s jobs: %d RESULT lines, want 19:\n%s", size, jobs, len(got), out)
+			if len(got) != 21 {
+				t.Errorf("size %s, %s jobs: %d RESULT lines, want 21:\n%s", size, jobs, len(got), out)
 			}
 			for run, verdict := range got {
 				if verdict != "ok" {
@@ -128,8 +128,8 @@ func TestRunnerFailsRunWithoutVerdict(t *testing.T) {
 	if !strings.Contains(out, "NO VERDICT mutant drain-same-cycle") {
 		t.Errorf("check.sh did not name the run without a verdict:\n%s", out)
 	}
-	if got := results(out); len(got) != 18 {
-		t.Errorf("%d RESULT lines, want the 18 runs that were not killed:\n%s", len(got), out)
+	if got := results(out); len(got) != 20 {
+		t.Errorf("%d RESULT lines, want the 20 runs that were not killed:\n%s", len(got), out)
 	}
 }
 
