@@ -56,14 +56,16 @@ CKPT="-DOPS=$ops -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA"
 STALL="-DOPS=$ops -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DSTALLS"
 LIVE="-DOPS=1 -DCRASHES=1 -DZOMBIES=0 -DFAULTS=0 -DNOREPLICA -DNOADMIN -DLIVENESS"
 FAULT="-DOPS=$ops -DCRASHES=1 -DZOMBIES=0 -DFAULTS=1 -DNOREPLICA -DNOADMIN"
-# Two standbys race for the takeover of a writer that still runs, with
-# the replica standing for their reads (the loser follows on): one
-# write/delete at the full bounds, none at the quick ones (the race, the
-# fencing, the rejoin and the replica's pins are all there; the mutant
-# fails on the epoch-start journals alone).
+# Two standbys race for the takeover of a writer that still runs (the
+# loser follows on, the fenced zombie rejoins). Full bounds: one
+# write/delete, without the replica (4.0 million states); quick: no
+# write/delete, with the replica standing for the standbys' reads (their
+# pins). Both together passed 21 million states (3.5 GB) unfinished: too
+# large for make model. The mutant fails on the epoch-start journals
+# alone, at both.
 case "$size" in
-full) STANDBY="-DOPS=1 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN -DSTANDBY" standby_b="1 write/delete" ;;
-quick) STANDBY="-DOPS=0 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN -DSTANDBY" standby_b="no write/delete" ;;
+full) STANDBY="-DOPS=1 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN -DNOREPLICA -DSTANDBY" standby_b="1 write/delete, no replica" ;;
+quick) STANDBY="-DOPS=0 -DCRASHES=0 -DZOMBIES=0 -DFAULTS=0 -DNOADMIN -DSTANDBY" standby_b="no write/delete, the replica reading" ;;
 esac
 # Two counterexamples need a second write/delete: these runs keep it at
 # both sizes (the search stops at the first counterexample).
@@ -89,7 +91,7 @@ runs=(
 	"main|liveness|pass|$LIVE|-DNFAIR=3|-a -f|$S, 1 write/delete, 1 crash; weak fairness"
 	"main|faults|pass|$FAULT|-DSAFETY||$S, $ops_b, 1 crash, 1 counter under-count"
 	"main|patches|pass|$PREADER -DPATCHES|-DSAFETY||$S, 1 write/delete, patch writes and merges, 1 replica reading either frame of a value"
-	"main|standby|pass|$STANDBY|-DSAFETY||$S, $standby_b, 2 standbys racing for the takeover, the old writer a zombie until fenced and then rejoining, the replica reading"
+	"main|standby|pass|$STANDBY|-DSAFETY||$S, $standby_b, 2 standbys racing for the takeover, the old writer a zombie until fenced and then rejoining"
 	"main|patches-crash|pass|$PCRASH -DPATCHES|-DSAFETY||$S, 1 write/delete, $crashes_b at any step, patch writes and merges"
 	"mutant|counter-before-delete|fail|$CRASH -DMUTANT_COUNTER_BEFORE_DELETE|-DSAFETY||crash configuration"
 	"mutant|repoint-before-upload|fail|$CRASH -DMUTANT_REPOINT_BEFORE_UPLOAD|-DSAFETY||crash configuration"
