@@ -37,7 +37,7 @@ RUN_CONFIG  := $(RUN_DIR)/ebbfs.toml
 RUN_NBD     ?= 127.0.0.1:10809
 RUN_ADMIN   ?= 127.0.0.1:10810
 
-.PHONY: all build run test lint bench bench-db bench-scale install uninstall clean deps model model-quick soak soak-mirror soak-ha
+.PHONY: all build run test lint bench bench-db bench-scale install uninstall clean deps model model-quick soak soak-mirror soak-ha idle-ha
 
 all: build
 
@@ -186,6 +186,13 @@ soak-mirror: deps
 SOAK_HA_DURATION ?= 30m
 soak-ha: deps
 	EBBFS_SOAK_HA=1 EBBFS_SOAK_HA_DURATION=$(SOAK_HA_DURATION) $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 90m -v -run 'TestStandbySoak$$' ./tests
+
+# make idle-ha: an idle writer's store requests over 5 minutes, with no
+# standby (0) and with one (the heartbeat, one conditional PUT every
+# takeover_after/4, and nothing more): TestStandbyIdleRequests, whose
+# window make test keeps at 30 s.
+idle-ha: deps
+	EBBFS_SOAK_HA=1 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 30m -v -run 'TestStandbyIdleRequests$$' ./tests
 
 # make soak: the chaos soak (TestSoak) for SOAK_DURATION (default 1h):
 # files and an NBD export changed at random with fsync/FLUSH, reclamation

@@ -21,7 +21,9 @@ import (
 // another took over from).
 func (e *Engine) Role() string {
 	switch {
-	case !e.ro.Load() && e.db.Fenced() != nil:
+	case e.db.Fenced() != nil:
+		// A writer another took over from (read-only already while
+		// Rejoin has not finished).
 		return "fenced"
 	case !e.ro.Load():
 		return "writer"
@@ -151,4 +153,67 @@ func (e *Engine) Demote(ctx context.Context, handoverTo string) (time.Duration, 
 	pause := e.clk.Mono() - start
 	e.log.Info("handed over: this process is a standby now", "to", handoverTo, "writes_refused_for", pause.Round(time.Millisecond))
 	return pause, nil
+}
+
+// Rejoin turns a fenced writer (Role "fenced": another writer took the
+// lease while this one was paused or cut off) into a standby in place:
+// writes are refused from now on (EROFS), the flusher and merger stop,
+// everything the engine held that no journal took (dirty data, unsealed
+// or unjournaled changes, all refused by the fencing: nothing of it was
+// acknowledged) is dropped, and the metadata is rebuilt from the store
+// (lsm.DB.Rejoin), so that the engine serves the new writer's state and
+// follows it. Loaded inodes are reloaded from their new records; those
+// the new state does not hold (made by this writer after the takeover)
+// read ESTALE. The caller starts following and tells the kernel
+// (Follow's observer hears of everything). On an error (the store is out
+// of reach) the engine stays read-only and fenced; Rejoin may be called
+// again.
+func (e *Engine) Rejoin(ctx context.Context) error {
+	if e.opts.PinManifest != 0 || e.db.Fenced() == nil {
+		return errors.New("fs: Rejoin is for a fenced writer")
+	}
+	e.ro.Store(true)
+	if w := e.flushW.Swap(nil); w != nil {
+		w.Close()
+	}
+	if w := e.mergeW.Swap(nil); w != nil {
+		w.Close()
+	}
+	e.started.Store(false)
+	e.hostMu.Lock() // no tombstone cleaner transaction meanwhile
+	defer e.hostMu.Unlock()
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if err := e.lockFlush(ctx); err != nil {
+		return err
+	}
+	defer e.unlockFlush()
+	if err := e.db.Rejoin(ctx); err != nil {
+		return fmt.Errorf("fs: rejoining as a standby: %w", err)
+	}
+	e.follow.view.Lock()
+	e.ns.Lock()
+	e.ptrMu.Lock()
+	all := make(map[uint64]bool, len(e.ns.inodes))
+	for ino := range e.ns.inodes {
+		all[ino] = true
+	}
+	e.afterRestore(all) // reloads the reserved total too
+	if d := e.dirtyBytes.Load(); d != 0 {
+		e.dirtyDone(d) // flushing buffers afterRestore does not count
+	}
+	e.ptrMu.Unlock()
+	e.ns.Unlock()
+	e.follow.view.Unlock()
+	e.dropShrinks()
+	// The rebuild reset the follower's view of the store: the next
+	// Follow catches up through the newest manifest first.
+	e.follow.mu.Lock()
+	e.follow.lastOK, e.follow.jumps = 0, e.follow.jumps+1
+	e.follow.mu.Unlock()
+	e.standby.Store(true)
+	e.applyChanges(nil, true)
+	e.log.Warn("rejoined: this fenced writer is a standby now, following the new writer; writes get EROFS", "applied_seq", e.db.AppliedSeq())
+	return nil
 }

@@ -68,6 +68,39 @@ func TestStandbyPromoteFencesWriter(t *testing.T) {
 	if _, err := readWhole(t, sb, "zombie"); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("the zombie's write on the new writer: %v, want ErrNotExist", err)
 	}
+
+	// Rejoin: the fenced writer becomes a standby following the new
+	// writer; what it held that no journal took is gone.
+	if err := f.e.Rejoin(ctx); err != nil {
+		t.Fatalf("rejoin: %v", err)
+	}
+	if f.e.Role() != "standby" || !f.e.Promotable() || f.e.DB().Fenced() != nil {
+		t.Fatalf("after the rejoin: role %q, promotable %v, fenced %v", f.e.Role(), f.e.Promotable(), f.e.DB().Fenced())
+	}
+	if _, err := f.e.Follow(ctx); err != nil {
+		t.Fatalf("follow after the rejoin: %v", err)
+	}
+	for name, want := range map[string]string{"acked": "fsynced before the takeover", "new": "the new writer's"} {
+		if got, err := readWhole(t, f.e, name); err != nil || !bytes.Equal(got, []byte(want)) {
+			t.Fatalf("%s on the rejoined standby = %q, %v", name, got, err)
+		}
+	}
+	if _, err := readWhole(t, f.e, "zombie"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("the zombie's own unacknowledged file after the rejoin: %v, want ErrNotExist", err)
+	}
+	if _, err := f.e.Create(ctx, RootIno, "refused", 0o644, 0, 0); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("create on the rejoined standby: %v, want ErrReadOnly", err)
+	}
+	writeWhole(t, sb, "followed", []byte("written after the rejoin"))
+	if err := sb.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.e.Follow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readWhole(t, f.e, "followed"); err != nil || string(got) != "written after the rejoin" {
+		t.Fatalf("followed on the rejoined standby = %q, %v", got, err)
+	}
 }
 
 // A planned switch-over: the writer makes everything durable, hands the

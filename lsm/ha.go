@@ -390,3 +390,46 @@ func (db *DB) BecomeWriter(ctx context.Context) (replayed int, err error) {
 	o.Logger.Info("lsm: promoted to writer", "epoch", db.epoch.Load(), "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest())
 	return replayed, nil
 }
+
+// Rejoin turns a fenced writer (another writer took the lease) into a
+// following replica again, in place: it stops the heartbeat and the
+// publisher, drops the batches no journal took (never acknowledged: the
+// barrier that would have made them durable failed with ErrFenced), and
+// rebuilds the local state from the store's newest manifest and journals
+// (the new writer's), so that nothing this writer committed locally after
+// the takeover survives. The first part runs once; when the rebuild fails
+// (the store is out of reach) the DB stays read-only and fenced, and
+// Rejoin may be called again. A later TakeLease may promote it anew.
+func (db *DB) Rejoin(ctx context.Context) error {
+	if db.Fenced() == nil || db.pinned {
+		return errors.New("lsm: Rejoin is for a fenced writer")
+	}
+	if !db.ro.Load() {
+		db.bgCancel()
+		db.waitLoops()
+		db.unwatchReserve()
+		db.bgCtx, db.bgCancel = context.WithCancel(context.Background())
+		db.heartbeat, db.publisher = nil, nil
+		db.ro.Store(true)
+		db.epoch.Store(0)
+		db.leaseMu.Lock()
+		db.lease, db.leaseETag, db.standbys = Lease{}, "", nil
+		db.leaseMu.Unlock()
+		db.handover.Store(nil)
+		db.res.unwatch, db.res.own = nil, nil
+		db.mu.Lock()
+		dropped := len(db.mu.queue)
+		db.mu.queue, db.mu.unheard = nil, nil
+		db.mu.journalAt = map[uint64]time.Duration{}
+		db.mu.Unlock()
+		db.opts.Logger.Warn("lsm: fenced writer stepping down; its unjournaled batches are dropped (never acknowledged)", "batches", dropped)
+	}
+	if err := db.rebuild(ctx); err != nil {
+		return fmt.Errorf("lsm: rejoining as a replica: rebuilding from the store: %w", err)
+	}
+	db.mu.Lock()
+	db.mu.fenced = nil
+	db.mu.Unlock()
+	db.opts.Logger.Info("lsm: the fenced writer follows the new writer as a replica", "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest())
+	return nil
+}

@@ -139,3 +139,80 @@ func TestStandbysRaceOneWins(t *testing.T) {
 		}
 	}
 }
+
+// A heartbeat that adopted a standby's announcement (its IfMatch failed,
+// the record was still ours) keeps its later writes conditional: once a
+// standby took the lease, the old writer's next heartbeat fences it and
+// does not overwrite the new writer's record. Rejoin then makes the
+// fenced writer a follower of the new writer's state, without the batches
+// it committed after the takeover.
+func TestHeartbeatAfterAnnounceStaysConditionalAndRejoin(t *testing.T) {
+	ctx := context.Background()
+	s := objstore.NewMem()
+	k := testKeys(t)
+	fc := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	a := testOpts(t, s, k)
+	a.Host, a.Clock = "alpha", fc
+	w := mustOpen(t, a)
+	defer w.Close()
+	set(t, w, "ia", "acked")
+	barrier(t, w)
+
+	b := testOpts(t, s, k)
+	b.Host, b.Clock, b.ReadOnly, b.StandbyID = "beta", fc, true, "sb-beta"
+	sb := mustOpen(t, b)
+	defer sb.Close()
+	entry := StandbyEntry{ID: "sb-beta", Holder: "beta", TakeoverAfterMS: 5000, Renewal: 1}
+	if _, _, _, err := AnnounceStandby(ctx, s, entry, false); err != nil {
+		t.Fatal(err)
+	}
+	fc.Advance(a.LeaseTTL / 3)
+	testutil.Eventually(t, 10*time.Second, "the writer adopting the standby", func() bool {
+		return w.HeartbeatEvery() == 1250*time.Millisecond
+	})
+	if _, _, err := sb.FollowNext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, etag, _, err := ReadLeaseTag(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := sb.TakeLease(ctx, l, etag)
+	if err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	if _, err := sb.BecomeWriter(ctx); err != nil {
+		t.Fatal(err)
+	}
+	set(t, w, "ic", "committed by the zombie, never acknowledged")
+	beats := w.Heartbeats()
+	fc.Advance(1300 * time.Millisecond)
+	testutil.Eventually(t, 10*time.Second, "the zombie's heartbeat fencing it", func() bool { return w.Fenced() != nil })
+	if w.Heartbeats() != beats {
+		t.Fatalf("the zombie heartbeated %d times after the takeover", w.Heartbeats()-beats)
+	}
+	if got, _, err := ReadLease(ctx, s); err != nil || got.Epoch != mine.Epoch || got.Host != "beta" {
+		t.Fatalf("the lease after the zombie's heartbeat: %+v, %v; want the new writer's (epoch %d)", got, err, mine.Epoch)
+	}
+
+	set(t, sb, "id", "the new writer's")
+	barrier(t, sb)
+	if err := w.Rejoin(ctx); err != nil {
+		t.Fatalf("Rejoin: %v", err)
+	}
+	if w.Fenced() != nil || w.Epoch() != 0 {
+		t.Fatalf("after Rejoin: fenced %v, epoch %d", w.Fenced(), w.Epoch())
+	}
+	wantVal(t, w, "ia", "acked")
+	wantVal(t, w, "id", "the new writer's")
+	wantVal(t, w, "ic", "")
+	set(t, sb, "ie", "followed")
+	barrier(t, sb)
+	if _, ok, err := w.FollowNext(ctx); err != nil || !ok {
+		t.Fatalf("the rejoined follower's next journal: %v, %v", ok, err)
+	}
+	wantVal(t, w, "ie", "followed")
+	if err := w.Barrier(ctx); err == nil {
+		t.Fatal("a barrier on the rejoined follower succeeded")
+	}
+}

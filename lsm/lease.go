@@ -191,7 +191,7 @@ func (db *DB) renewLease(release bool) error {
 		// An earlier renewal may have succeeded without us hearing back,
 		// or a standby announced itself (ha.go): if the record is still
 		// ours, adopt its ETag and its standbys, and write once more.
-		etag, cur, ok := db.leaseStillOurs(ctx)
+		cetag, cur, ok := db.leaseStillOurs(ctx)
 		if !ok || cur.Released && !release {
 			// Another process took the lease, or released it for us (only
 			// the holder's Close does; anyone else who did means the
@@ -199,7 +199,7 @@ func (db *DB) renewLease(release bool) error {
 			db.fence(fmt.Sprintf("%s changed under us (heartbeat lost)", leaseKey))
 			return ErrFenced
 		}
-		db.leaseETag = etag
+		db.leaseETag = cetag
 		db.noteStandbys(cur.Standbys)
 		l.Standbys = db.liveStandbys()
 		if cur.HandoverTo != "" && !release {

@@ -259,7 +259,7 @@ func TestModelCheck(t *testing.T) {
 	if mains == 0 {
 		t.Error("check.sh reported no main run")
 	}
-	for _, want := range []string{"counter-before-delete", "repoint-before-upload", "drain-same-cycle", "cutoff-before-flush", "no-span-grace", "merge-no-grace", "mirror-no-retention", "mirror-journal-first", "mirror-no-record"} {
+	for _, want := range []string{"counter-before-delete", "repoint-before-upload", "drain-same-cycle", "cutoff-before-flush", "no-span-grace", "merge-no-grace", "mirror-no-retention", "mirror-journal-first", "mirror-no-record", "takeover-unconditional"} {
 		if !mutants[want] {
 			t.Errorf("mutant %s: no counterexample reported", want)
 		}

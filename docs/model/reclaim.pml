@@ -36,6 +36,12 @@
  *   MUTANT_MIRROR_JOURNAL_FIRST   (with MIRROR) a journal is copied before the segments it
  *                                 creates
  *   MUTANT_MIRROR_NO_RECORD       (with MIRROR) the mirror keeps no record in the source
+ *   STANDBY                       two standbys race for the takeover of a writer that
+ *                                 still runs (a zombie until fenced) with a conditional
+ *                                 write of the lease; the loser follows; a fenced zombie
+ *                                 rejoins as a follower (drops its local state)
+ *   MUTANT_TAKEOVER_UNCONDITIONAL (with STANDBY) the takeover's lease write is not
+ *                                 conditional: both standbys win the same epoch
  */
 
 #ifndef NE
@@ -137,6 +143,16 @@ bool quiet;                     /* writes, crashes and faults have stopped for g
 
 /* checkpoint made by the admin (checkpoint.Create) */
 byte ckph; byte ckkind; bool ckrec; byte ckage; byte ckseg[NE]; byte ckpseg[NE];
+#ifdef STANDBY
+/* the lease record (its epoch stands for its ETag: no heartbeat is
+   modelled, so only a takeover changes it), each writer slot's epoch,
+   each standby's progress (1 read the lease, 2 won, 3 lost: follows)
+   and the epoch it read; ghost: the slot (+1) that journaled in each
+   epoch */
+byte lep = 1; byte ep[NW];
+byte sbst[2]; byte sbep[2];
+byte jby[4];
+#endif
 /* the replica (or an in-flight read of the writer) */
 bool rrec = 1;                  /* the replica's ephemeral record is in the list */
 byte vph; byte vseg; byte vage;
@@ -193,9 +209,16 @@ inline do_delete(s) {
 
 /* [J] lsm.(*DB).Barrier: journal everything committed, put-if-absent on
    the next sequence; losing it fences the writer. */
+#ifdef STANDBY
+/* at most one writer journals (acknowledges) in an epoch */
+#define EPOCH_ONE(w) assert(jby[ep[w]] == 0 || jby[ep[w]] == (w) + 1); jby[ep[w]] = (w) + 1
+#else
+#define EPOCH_ONE(w) skip
+#endif
 inline journal(w) {
 	if
 	:: jlast == w ->
+		EPOCH_ONE(w);
 		dseg[0] = CS(w,0); dver[0] = CV(w,0); dseg[1] = CS(w,1); dver[1] = CV(w,1);
 		dpseg[0] = CP(w,0); dpver[0] = CPV(w,0); dpseg[1] = CP(w,1); dpver[1] = CPV(w,1);
 		if :: NEWV(w,0) > ackv[0] -> ackv[0] = NEWV(w,0) :: else fi;
@@ -698,11 +721,31 @@ proctype Life()
 	:: atomic { alive[aw] && !ready[aw] && !stall ->
 		if
 		:: jnew -> replay(aw); jnew = 0
-		:: else -> jlast = aw; ready[aw] = 1;
+		:: else -> EPOCH_ONE(aw); jlast = aw; ready[aw] = 1;
 			assert(NEWV(aw,0) >= ackv[0] && NEWV(aw,1) >= ackv[1])   /* no acknowledged write lost */
 		fi }
 	/* the zombie's lease heartbeat notices the takeover */
 	:: atomic { alive[1 - aw] && !fenced[1 - aw] -> fenced[1 - aw] = 1 }
+#ifdef STANDBY
+	/* [H2] a standby judged the writer dead: TakeLease, a PUT conditional on the
+	   record it read; the winner becomes the writer in a free slot while
+	   the old writer still runs (a zombie), the loser follows on */
+	:: atomic { (sbst[0] == 1 || sbst[1] == 1) && !quiet && alive[aw] && ready[aw] && !alive[1 - aw] ->
+		if :: sbst[0] == 1 -> k = 0 :: sbst[1] == 1 -> k = 1 fi;
+#ifdef MUTANT_TAKEOVER_UNCONDITIONAL
+		if :: true ->
+#else
+		if :: sbep[k] == lep ->
+#endif
+			lep = sbep[k] + 1; sbst[k] = 2;
+			idlimit[aw] = nextid; w = 1 - aw; start(w); ep[w] = lep; w = 0
+		:: else -> sbst[k] = 3
+		fi;
+		k = 0 }
+	/* [H3] a fenced writer rejoins as a standby: it drops everything
+	   local (what no journal took was never acknowledged) and follows */
+	:: atomic { alive[1 - aw] && fenced[1 - aw] -> kill(1 - aw) }
+#endif
 	od
 }
 
@@ -923,6 +966,12 @@ init
 #endif
 		kill(1); kill(0);
 		jlast = 0; aw = 0; start(0); ready[0] = 1;
+#ifdef STANDBY
+		ep[0] = 1; jby[1] = 1;
+		/* [H1] both standbys read the same lease record (ReadLeaseTag)
+		   before the writer fell silent: the race */
+		sbst[0] = 1; sbst[1] = 1; sbep[0] = 1; sbep[1] = 1;
+#endif
 		run Engine(0); run Engine(1); run Reclaimer(0); run Reclaimer(1);
 		run Life(); run Clock(); run Env();
 #ifndef NOADMIN

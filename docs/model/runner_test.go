@@ -100,8 +100,8 @@ func TestRunnerCountsFastRuns(t *testing.T) {
 			if !ok || !strings.Contains(out, "all as expected") {
 				t.Errorf("size %s, %s jobs: check.sh failed on runs that all went as expected:\n%s", size, jobs, out)
 			}
-			if len(got) != 23 {
-				t.Errorf("size %s, %s jobs: %d RESULT lines, want 23:\n%s", size, jobs, len(got), out)
+			if len(got) != 25 {
+				t.Errorf("size %s, %s jobs: %d RESULT lines, want 25:\n%s", size, jobs, len(got), out)
 			}
 			for run, verdict := range got {
 				if verdict != "ok" {
@@ -128,8 +128,8 @@ func TestRunnerFailsRunWithoutVerdict(t *testing.T) {
 	if !strings.Contains(out, "NO VERDICT mutant drain-same-cycle") {
 		t.Errorf("check.sh did not name the run without a verdict:\n%s", out)
 	}
-	if got := results(out); len(got) != 22 {
-		t.Errorf("%d RESULT lines, want the 22 runs that were not killed:\n%s", len(got), out)
+	if got := results(out); len(got) != 24 {
+		t.Errorf("%d RESULT lines, want the 24 runs that were not killed:\n%s", len(got), out)
 	}
 }
 

@@ -128,6 +128,11 @@ type HA struct {
 	// it takes over (default 10s, at least 2s). The writer heartbeats
 	// every quarter of it while a standby is attached.
 	TakeoverAfter Duration `toml:"takeover_after"`
+	// Rejoin: a writer that finds itself fenced (another took the lease
+	// while it was paused or cut off) turns into a standby following the
+	// new writer (README "Standby writers"). A process started with
+	// --standby does so whatever this says.
+	Rejoin bool `toml:"rejoin"`
 }
 
 // Filesystem holds limits of the filesystem itself.

@@ -349,8 +349,10 @@ func (p *process) startBackground(o Options) error {
 	}
 	switch {
 	case o.Standby || !o.ReadOnly:
-		// A standby, or a writer that hands over when one asks.
-		sb := startStandby(p, follow, log)
+		// A standby, or a writer that hands over when one asks (and,
+		// started with --standby or with [ha] rejoin, rejoins as a
+		// standby once fenced).
+		sb := startStandby(p, follow, o.Standby || p.c.HA.Rejoin, log)
 		p.standby.Store(sb)
 		p.cleanup.push(func() { sb.close(); p.bg.Swap(nil).close(log) })
 	case o.Checkpoint == "":

@@ -51,6 +51,12 @@ type standby struct {
 	announced   lsm.Lease // the record our announcement wrote
 	armed       bool
 
+	// rejoin: once fenced, this writer turns into a standby (started
+	// with --standby, or [ha] rejoin); rejoinTried is
+	// when it last tried.
+	rejoin      bool
+	rejoinTried time.Time
+
 	// planned is a promote request (ebbfs promote) under way.
 	planned  *plannedPromote
 	requests chan *plannedPromote
@@ -76,9 +82,9 @@ type PromoteResult struct {
 // startStandby starts the watcher of a standby, or of a writer (which
 // hands over when a standby asks); the follow loop is its to stop and
 // start again.
-func startStandby(p *process, follow func() func(), log *slog.Logger) *standby {
+func startStandby(p *process, follow func() func(), rejoin bool, log *slog.Logger) *standby {
 	host, _ := os.Hostname()
-	s := &standby{p: p, log: log, after: p.c.HA.TakeoverAfter.D(), follow: follow,
+	s := &standby{p: p, log: log, after: p.c.HA.TakeoverAfter.D(), follow: follow, rejoin: rejoin,
 		entry: lsm.StandbyEntry{ID: readerCheckpointName(p.c, ""), Holder: fmt.Sprintf("ebbfs run --standby pid %d on %s", os.Getpid(), host),
 			TakeoverAfterMS: p.c.HA.TakeoverAfter.D().Milliseconds(), Renewal: uint64(time.Now().UnixNano())}}
 	s.mu.st = telemetry.HAStatus{Role: p.e.Role(), TakeoverAfterSec: s.after.Seconds()}
@@ -140,6 +146,8 @@ func (s *standby) loop(w *worker.Worker) {
 			if id := s.p.e.DB().HandoverRequested(); id != "" {
 				s.handOver(ctx, id)
 			}
+		case s.p.e.Role() == "fenced" && s.rejoin && time.Since(s.rejoinTried) >= rejoinRetry:
+			s.rejoinAfterFence(ctx)
 		}
 		select {
 		case <-ctx.Done():
@@ -238,6 +246,15 @@ func (s *standby) handOver(ctx context.Context, id string) {
 		}
 		return
 	}
+	s.becomeStandby(ctx, pause.Seconds())
+	s.log.Warn("handed over; this process is a standby now", "to", id, "writes_refused_for", pause.Round(time.Millisecond))
+}
+
+// becomeStandby starts what a standby runs once this process stopped
+// being the writer (a handover, or a rejoin after fencing): its reader
+// checkpoint (which pins what it reads), the follow loop, and the
+// watcher's fresh state (it announces itself at its next check).
+func (s *standby) becomeStandby(ctx context.Context, handoverSec float64) {
 	if s.p.stopReader == nil {
 		s.p.stopReader = sync.OnceFunc(startReaderCheckpoint(ctx, s.p.c, "", s.p.e, s.p.st, s.log))
 	}
@@ -246,9 +263,36 @@ func (s *standby) handOver(ctx context.Context, id string) {
 	s.stopFollow = s.follow()
 	s.alive()
 	s.mu.Lock()
-	s.mu.st.Role, s.mu.st.HandoverSec = "standby", pause.Seconds()
+	s.mu.st.Role, s.mu.st.HandoverSec, s.mu.st.LastError = "standby", handoverSec, ""
 	s.mu.Unlock()
-	s.log.Warn("handed over; this process is a standby now", "to", id, "writes_refused_for", pause.Round(time.Millisecond))
+}
+
+// rejoinRetry is how often a fenced writer that could not rejoin yet
+// (the store out of reach) tries again.
+const rejoinRetry = 5 * time.Second
+
+// rejoinAfterFence turns this fenced writer (another writer took the
+// lease while it was paused or cut off) into a standby in place: its
+// reclamation stops, the engine drops what no journal took and rebuilds
+// its metadata from the store (fs.Engine.Rejoin), and it follows the new
+// writer, announces itself, and may be promoted again.
+func (s *standby) rejoinAfterFence(ctx context.Context) {
+	s.rejoinTried = time.Now()
+	if bg := s.p.bg.Swap(nil); bg != nil {
+		s.log.Warn("fenced: another writer took over; stopping reclamation and rejoining as a standby")
+		bg.close(s.log)
+	}
+	start := time.Now()
+	if err := s.p.e.Rejoin(ctx); err != nil {
+		s.log.Warn("fenced writer: cannot rejoin as a standby yet; will retry", "err", err, "retry_in", rejoinRetry)
+		s.setErr("rejoin: " + err.Error())
+		return
+	}
+	s.becomeStandby(ctx, 0)
+	s.mu.Lock()
+	s.mu.st.Rejoins++
+	s.mu.Unlock()
+	s.log.Warn("fenced writer rejoined as a standby; following the new writer", "took", time.Since(start).Round(time.Millisecond))
 }
 
 // alive records a sign of life now.
@@ -386,9 +430,11 @@ func (s *standby) setErr(msg string) {
 }
 
 // standbyID is a standby's entry in the lease: its reader checkpoint's
-// name, stable for one host and cache directory.
+// name, stable for one host and cache directory. A writer that may rejoin
+// as a standby once fenced has one too (so that, promoted again, it does
+// not heartbeat for itself).
 func standbyID(o Options) string {
-	if !o.Standby {
+	if !o.Standby && (o.ReadOnly || !o.Config.HA.Rejoin) {
 		return ""
 	}
 	return readerCheckpointName(o.Config, "")

@@ -144,5 +144,8 @@ func haParts(ha *telemetry.HAStatus) []string {
 	if ha.Failovers > 0 {
 		parts = append(parts, fmt.Sprintf("took over %s", ha.Promoted.Format("15:04:05")))
 	}
+	if ha.Rejoins > 0 {
+		parts = append(parts, "rejoined as a standby after being fenced")
+	}
 	return parts
 }

@@ -135,6 +135,9 @@ type HAStatus struct {
 	// writer that handed over, how long it refused writes before it
 	// released the lease.
 	HandoverSec float64 `json:"handover_seconds,omitempty"`
+	// Rejoins counts the times this process, fenced as the writer, turned
+	// itself into a standby following the new writer.
+	Rejoins int `json:"rejoins,omitempty"`
 	// HeartbeatEverySec and Standbys: a writer's heartbeat interval and
 	// the standbys it heartbeats for.
 	HeartbeatEverySec float64  `json:"heartbeat_every_seconds,omitempty"`
