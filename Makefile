@@ -180,8 +180,9 @@ soak-mirror: deps
 	EBBFS_MIRROR_KILLS=20 EBBFS_MIRROR_LOAD=120 EBBFS_MIRROR_IDLE=60 $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 40m -v -run 'TestMirrorKillResume|TestMirrorS3ToS3' ./tests
 
 # make soak-ha: standby writers (TestStandbySoak) for SOAK_HA_DURATION
-# (default 30m): a writer and two standbys under a write+fsync load, the
-# writer killed or stopped every 1-3 minutes; every acknowledged write
+# (default 30m): a writer and two standbys, each in its own network
+# namespace, under a write+fsync load, the writer killed, stopped or cut
+# off from the S3 server every 1-3 minutes; every acknowledged write
 # verified, fsck clean.
 SOAK_HA_DURATION ?= 30m
 soak-ha: deps

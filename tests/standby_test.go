@@ -573,13 +573,14 @@ func TestStandbyTakesOverFromPartitionedWriter(t *testing.T) {
 }
 
 // TestStandbySoak (make soak-ha; EBBFS_SOAK_HA_DURATION, default 30m):
-// a writer and two standbys; a write+fsync load runs on whichever is the
-// writer, and every 1-3 minutes the writer is killed (SIGKILL) or stopped
-// (SIGSTOP until a standby took over, then SIGCONT: its next fsync must
-// fail) and then restarted as a standby. Every acknowledged write is
-// verified on each new writer and at the end; fsck clean. (Partitions
-// are TestStandbyTakesOverFromPartitionedWriter's: the writer moves
-// between processes here, and a process cannot change its namespace.)
+// a writer and two standbys, each in a network namespace of its own,
+// against one S3 test server; a write+fsync load runs on whichever is the
+// writer, and every 1-3 minutes the writer is killed (SIGKILL), stopped
+// (SIGSTOP, SIGCONT 60 s later) or cut off from the store for 60 s. A
+// stopped or cut-off writer's next fsync must fail; a killed or stopped
+// one is restarted as a standby, a cut-off one rejoins as a standby in
+// place ([ha] rejoin). Every acknowledged write
+// is verified on each new writer and at the end; fsck clean.
 func TestStandbySoak(t *testing.T) {
 	if os.Getenv("EBBFS_SOAK_HA") == "" {
 		t.Skip("make soak-ha")
@@ -592,14 +593,24 @@ func TestStandbySoak(t *testing.T) {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("seed %d, %s", seed, dur)
-	e := newEnv(t)
+	// Each process runs in a network namespace of its own, so that
+	// whichever is the writer can be cut off from the S3 server alone:
+	// the server listens on the first namespace's host end, which the
+	// others reach through their own veth pairs (a default route to
+	// the host).
+	hosts := []*netnsHost{newNetnsHost(t), newNetnsHost(t), newNetnsHost(t)}
+	for _, h := range hosts[1:] {
+		ipCmd(t, "-n", h.name, "route", "add", "default", "via", h.hostIP)
+	}
+	srv := s3test.StartOn(t, hosts[0].hostIP)
+	e := newEnv(t, withS3(srv.Endpoint, srv.Region, srv.Bucket, "soak", srv.AccessKey, srv.SecretKey))
 	e.writeConfig(haConfig)
 	e.init()
 	envs := []*env{e, e.sameStore(), e.sameStore()}
-	procs := []*proc{e.mount(), nil, nil}
+	procs := []*proc{e.startIn(hosts[0]), nil, nil}
 	for i := 1; i < 3; i++ {
 		envs[i].writeConfig(haConfig)
-		procs[i] = envs[i].mount("--standby")
+		procs[i] = envs[i].startIn(hosts[i], "--standby")
 	}
 	acked := map[string]string{}
 	writer, start, failovers := 0, time.Now(), 0
@@ -609,12 +620,16 @@ func TestStandbySoak(t *testing.T) {
 		wait := time.Minute + time.Duration(rng.Int64N(int64(2*time.Minute)))
 		began := time.Now()
 		testutil.Until(wait+time.Minute, func() bool { return time.Since(began) >= wait })
-		stop := rng.IntN(2) == 0
+		how := []string{"SIGKILL", "SIGSTOP", "partition"}[rng.IntN(3)]
 		pid := procs[writer].cmd.Process.Pid
-		if stop {
+		cut := time.Now()
+		switch how {
+		case "SIGSTOP":
 			_ = syscall.Kill(pid, syscall.SIGSTOP)
-		} else {
+		case "SIGKILL":
 			procs[writer].kill()
+		case "partition":
+			hosts[writer].setLink(t, false)
 		}
 		next := -1
 		if !testutil.Until(testTakeoverAfter+time.Minute, func() bool {
@@ -633,19 +648,27 @@ func TestStandbySoak(t *testing.T) {
 			t.Fatalf("round %d: no standby took over", round)
 		}
 		failovers++
-		if stop {
+		// A stop or a cut lasts 60 s (the figure; the tests in
+		// make test keep them shorter): the old writer's fsyncs wait
+		// meanwhile and must fail once it runs or reaches the store.
+		if how != "SIGKILL" {
+			testutil.Until(2*time.Minute, func() bool { return time.Since(cut) >= time.Minute })
+		}
+		switch how {
+		case "SIGSTOP":
 			_ = syscall.Kill(pid, syscall.SIGCONT)
+		case "partition":
+			hosts[writer].setLink(t, true)
 		}
 		load.end(t)
 		zombie := fmt.Sprintf("zombie-%03d", round)
-		if stop {
+		if how != "SIGKILL" {
 			// Its pending fsync may have had nothing left to make
 			// durable; a new one must fail.
 			if err := writeSync(envs[writer].path(zombie), []byte("after the takeover")); err == nil {
-				t.Fatalf("round %d: the stopped writer acknowledged an fsync after the takeover", round)
+				t.Fatalf("round %d: the old writer acknowledged an fsync after the takeover (%s)", round, how)
 			}
 		}
-		procs[writer].kill()
 		if _, err := os.Stat(envs[next].path(zombie)); err == nil {
 			t.Fatalf("round %d: %s, written on the fenced writer, is on the new writer", round, zombie)
 		}
@@ -654,8 +677,14 @@ func TestStandbySoak(t *testing.T) {
 		}
 		all := &ackLoad{acks: acked}
 		all.verify(t, envs[next].mnt)
-		t.Logf("round %d: %s of the writer; %d files acknowledged in all, all on the new writer", round, map[bool]string{true: "SIGSTOP", false: "SIGKILL"}[stop], len(acked))
-		procs[writer] = envs[writer].mount("--standby")
+		if how == "partition" {
+			// [ha] rejoin: the old writer turns into a standby in place.
+			envs[writer].waitRole("standby", 2*time.Minute)
+		} else {
+			procs[writer].kill()
+			procs[writer] = envs[writer].startIn(hosts[writer], "--standby")
+		}
+		t.Logf("round %d: %s of the writer, round over %.1fs after it; %d files acknowledged in all, all on the new writer", round, how, time.Since(cut).Seconds(), len(acked))
 		writer = next
 	}
 	for i := range envs {
