@@ -390,13 +390,14 @@ func TestStandbyIdleRequests(t *testing.T) {
 	wp := e.mount()
 	writeFile(t, e.path("f"), []byte("something"))
 	fsyncFile(t, e.path("f"))
-	type counts struct{ lease, leasePuts, segments, meta, checkpoints, reclaim float64 }
+	type counts struct{ lease, leasePuts, segments, meta, metaPuts, checkpoints, reclaim float64 }
 	count := func(m metrics) counts {
 		return counts{lease: m.sum("ebbfs_store_requests_total", `space="other"`),
 			reclaim:     m.sum("ebbfs_reclaim_store_requests_total"),
 			leasePuts:   m.sum("ebbfs_store_requests_total", `space="other"`, `op="put"`),
 			segments:    m.sum("ebbfs_store_requests_total", `space="segments"`),
 			meta:        m.sum("ebbfs_store_requests_total", `space="meta"`),
+			metaPuts:    m.sum("ebbfs_store_requests_total", `space="meta"`, `op="put"`),
 			checkpoints: m.sum("ebbfs_store_requests_total", `space="checkpoints"`)}
 	}
 	idle := func(what string) counts {
@@ -414,9 +415,9 @@ func TestStandbyIdleRequests(t *testing.T) {
 		testutil.Until(window+time.Minute, func() bool { return time.Since(start) >= window })
 		after := count(e.scrapeUnix())
 		d := counts{after.lease - before.lease, after.leasePuts - before.leasePuts, after.segments - before.segments,
-			after.meta - before.meta, after.checkpoints - before.checkpoints, after.reclaim - before.reclaim}
-		t.Logf("idle writer %s, %s: %.0f lease requests (%.0f PUT), %.0f segments/, %.0f meta/ and %.0f checkpoints/ (the scrapes' own listings); reclamation's: %.0f",
-			what, time.Since(start).Round(time.Second), d.lease, d.leasePuts, d.segments, d.meta, d.checkpoints, d.reclaim)
+			after.meta - before.meta, after.metaPuts - before.metaPuts, after.checkpoints - before.checkpoints, after.reclaim - before.reclaim}
+		t.Logf("idle writer %s, %s: %.0f lease requests (%.0f PUT), %.0f segments/, %.0f meta/ (%.0f PUT) and %.0f checkpoints/ (the scrapes' own listings); reclamation's: %.0f",
+			what, time.Since(start).Round(time.Second), d.lease, d.leasePuts, d.segments, d.meta, d.metaPuts, d.checkpoints, d.reclaim)
 		return d
 	}
 	d := idle("with no standby")
