@@ -295,22 +295,12 @@ func (db *DB) Demote(handoverTo string) error {
 	if n := db.Pending(); n > 0 {
 		return fmt.Errorf("%w: %d batches are not in a journal yet; run a barrier first", ErrNotDemoted, n)
 	}
-	db.bgCancel()
-	db.waitLoops()
-	db.unwatchReserve()
+	db.stopWriterLoops()
 	db.leaseMu.Lock()
 	db.lease.HandoverTo = handoverTo
 	db.leaseMu.Unlock()
 	err := db.renewLease(true)
-	db.bgCtx, db.bgCancel = context.WithCancel(context.Background())
-	db.heartbeat, db.publisher = nil, nil
-	db.ro.Store(true)
-	db.epoch.Store(0)
-	db.leaseMu.Lock()
-	db.lease, db.leaseETag, db.standbys = Lease{}, "", nil
-	db.leaseMu.Unlock()
-	db.handover.Store(nil)
-	db.res.unwatch, db.res.own = nil, nil
+	db.dropWriterState()
 	if err != nil {
 		return fmt.Errorf("lsm: releasing the lease for the handover: %w", err)
 	}
@@ -405,18 +395,8 @@ func (db *DB) Rejoin(ctx context.Context) error {
 		return errors.New("lsm: Rejoin is for a fenced writer")
 	}
 	if !db.ro.Load() {
-		db.bgCancel()
-		db.waitLoops()
-		db.unwatchReserve()
-		db.bgCtx, db.bgCancel = context.WithCancel(context.Background())
-		db.heartbeat, db.publisher = nil, nil
-		db.ro.Store(true)
-		db.epoch.Store(0)
-		db.leaseMu.Lock()
-		db.lease, db.leaseETag, db.standbys = Lease{}, "", nil
-		db.leaseMu.Unlock()
-		db.handover.Store(nil)
-		db.res.unwatch, db.res.own = nil, nil
+		db.stopWriterLoops()
+		db.dropWriterState()
 		db.mu.Lock()
 		dropped := len(db.mu.queue)
 		db.mu.queue, db.mu.unheard = nil, nil
@@ -432,4 +412,28 @@ func (db *DB) Rejoin(ctx context.Context) error {
 	db.mu.Unlock()
 	db.opts.Logger.Info("lsm: the fenced writer follows the new writer as a replica", "applied_seq", db.AppliedSeq(), "manifest", db.LatestManifest())
 	return nil
+}
+
+// stopWriterLoops stops a writer's background loops (heartbeat,
+// publisher) and its watch of the disk reserve: the first step of a
+// handover and of a rejoin.
+func (db *DB) stopWriterLoops() {
+	db.bgCancel()
+	db.waitLoops()
+	db.unwatchReserve()
+}
+
+// dropWriterState makes db read-only and forgets what it held as the
+// writer (epoch, lease, standbys, a pending handover, the reserve), with
+// a fresh background context for what it runs next as a follower.
+func (db *DB) dropWriterState() {
+	db.bgCtx, db.bgCancel = context.WithCancel(context.Background())
+	db.heartbeat, db.publisher = nil, nil
+	db.ro.Store(true)
+	db.epoch.Store(0)
+	db.leaseMu.Lock()
+	db.lease, db.leaseETag, db.standbys = Lease{}, "", nil
+	db.leaseMu.Unlock()
+	db.handover.Store(nil)
+	db.res.unwatch, db.res.own = nil, nil
 }
